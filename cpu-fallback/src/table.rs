@@ -1,0 +1,101 @@
+//! The function-pointer table: one atomic slot per LAPACK routine, by its LAPACK name.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// A routine the table has no pointer for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Missing(pub &'static str);
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "LAPACK routine '{}' is not available: call ferrax.register() from Python (fills the \
+             table from scipy.linalg.cython_lapack) or ferrax_lapack_load_library() with the path \
+             of the scipy-openblas32 library",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Missing {}
+
+pub(crate) struct Slot {
+    pub name: &'static str,
+    pub ptr: AtomicPtr<c_void>,
+}
+
+macro_rules! routines {
+    ($($name:ident),* $(,)?) => {
+        /// Every LAPACK routine the handlers call, by LAPACK name (lower case, no underscore).
+        pub const ROUTINES: &[&str] = &[$(stringify!($name)),*];
+        pub(crate) static SLOTS: [Slot; ROUTINES.len()] = [
+            $(Slot { name: stringify!($name), ptr: AtomicPtr::new(std::ptr::null_mut()) }),*
+        ];
+    };
+}
+
+routines!(sgetrf, dgetrf, cgetrf, zgetrf);
+
+pub(crate) fn slot(name: &'static str) -> &'static Slot {
+    SLOTS.iter().find(|s| s.name == name).expect("routine listed in ROUTINES")
+}
+
+pub(crate) fn get(name: &'static str) -> Result<*mut c_void, Missing> {
+    let ptr = slot(name).ptr.load(Ordering::Acquire);
+    if ptr.is_null() {
+        Err(Missing(name))
+    } else {
+        Ok(ptr)
+    }
+}
+
+/// Stores the pointer for routine `name`, which must have the LP64 reference-LAPACK signature
+/// (32-bit integers, all arguments by pointer, no hidden string lengths), as SciPy's
+/// `cython_lapack` capsules do. Returns false for a name the table does not hold.
+pub fn register(name: &str, function: *mut c_void) -> bool {
+    match SLOTS.iter().find(|s| s.name == name) {
+        Some(slot) if !function.is_null() => {
+            slot.ptr.store(function, Ordering::Release);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Names of the routines that have a pointer.
+pub fn registered_names() -> Vec<&'static str> {
+    SLOTS.iter().filter(|s| !s.ptr.load(Ordering::Acquire).is_null()).map(|s| s.name).collect()
+}
+
+/// Names of the routines that have none.
+pub fn missing() -> Vec<&'static str> {
+    SLOTS.iter().filter(|s| s.ptr.load(Ordering::Acquire).is_null()).map(|s| s.name).collect()
+}
+
+/// Fills the table from a LAPACK shared library, such as `libscipy_openblas.so` from the
+/// `scipy-openblas32` wheel (symbols `scipy_dgetrf_`) or a plain LP64 LAPACK (`dgetrf_`).
+/// Returns how many routines were found. The library stays loaded for the process lifetime.
+pub fn load_library(path: &std::path::Path) -> Result<usize, String> {
+    // SAFETY: loading a LAPACK library runs no code of ours; its initializers are its own.
+    let library = unsafe { libloading::Library::new(path) }
+        .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
+    let mut found = 0;
+    for slot in &SLOTS {
+        for symbol in [format!("scipy_{}_", slot.name), format!("{}_", slot.name)] {
+            // SAFETY: only the address is taken; it is called later with its LAPACK signature.
+            if let Ok(f) = unsafe { library.get::<*mut c_void>(symbol.as_bytes()) } {
+                slot.ptr.store(*f, Ordering::Release);
+                found += 1;
+                break;
+            }
+        }
+    }
+    if found == 0 {
+        return Err(format!("{} exports none of the LAPACK routines ferrax needs", path.display()));
+    }
+    std::mem::forget(library);
+    Ok(found)
+}

@@ -1,0 +1,15 @@
+//! Exported C symbols besides the handlers: the target table the Python package registers
+//! from, and the LAPACK table's fillers.
+
+mod lapack;
+mod targets;
+
+pub use targets::{ferrax_targets, FerraxTarget};
+
+/// Bumped whenever an exported symbol changes signature or meaning.
+pub const ABI_VERSION: u32 = 1;
+
+#[no_mangle]
+pub extern "C" fn ferrax_abi_version() -> u32 {
+    ABI_VERSION
+}

@@ -1,0 +1,45 @@
+//! The table of (target name, platform, handler) that `ferrax.register()` walks.
+
+use crate::ffi::sys::XLA_FFI_Handler;
+use crate::ops;
+use std::ffi::c_char;
+
+#[repr(C)]
+pub struct FerraxTarget {
+    /// NUL-terminated target name, e.g. `ferrax_getrf`.
+    pub name: *const c_char,
+    /// NUL-terminated JAX platform name: `cpu` or `CUDA`.
+    pub platform: *const c_char,
+    pub handler: XLA_FFI_Handler,
+}
+
+// The table only holds pointers to static strings and functions.
+unsafe impl Sync for FerraxTarget {}
+
+macro_rules! targets {
+    ($(($name:path, $platform:literal, $handler:path)),* $(,)?) => {
+        static TARGETS: &[FerraxTarget] = &[$(FerraxTarget {
+            name: $name.as_ptr(),
+            platform: concat!($platform, "\0").as_ptr() as *const c_char,
+            handler: $handler,
+        }),*];
+    };
+}
+
+targets!(
+    (ops::threefry::TARGET, "cpu", ops::threefry::ferrax_cpu_threefry2x32),
+    (ops::pivots::TARGET, "cpu", ops::pivots::ferrax_cpu_lu_pivots_to_permutation),
+    (ops::getrf::TARGET, "cpu", ops::getrf::ferrax_cpu_getrf),
+);
+
+/// Returns the target table and writes its length to `count`.
+///
+/// # Safety
+/// `count` must be null or point to writable memory.
+#[no_mangle]
+pub unsafe extern "C" fn ferrax_targets(count: *mut usize) -> *const FerraxTarget {
+    if let Some(count) = count.as_mut() {
+        *count = TARGETS.len();
+    }
+    TARGETS.as_ptr()
+}

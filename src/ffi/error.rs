@@ -1,0 +1,47 @@
+//! Errors returned by handlers, mapped onto `XLA_FFI_Error_Code` (absl status codes).
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum ErrorCode {
+    InvalidArgument = 3,
+    ResourceExhausted = 8,
+    FailedPrecondition = 9,
+    Unimplemented = 12,
+    Internal = 13,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error { code, message: message.into() }
+    }
+    pub fn invalid_argument(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidArgument, message)
+    }
+    pub fn failed_precondition(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::FailedPrecondition, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+    pub fn unimplemented(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unimplemented, message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,297 @@
+//! The call frame, the metadata handshake, and `invoke`, which turns a handler's `Result` (or
+//! panic) into an `XLA_FFI_Error*` so that nothing unwinds into XLA.
+
+use super::attrs::{Attrs, FromAttr};
+use super::buffer::{Buffer, Operand};
+use super::error::{Error, ErrorCode, Result};
+use super::sys::*;
+use std::any::Any;
+use std::ffi::CString;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+
+/// What a handler declares: its target name, operand names (positional) and attribute names.
+pub struct Signature {
+    pub target: &'static std::ffi::CStr,
+    pub args: &'static [&'static str],
+    pub rets: &'static [&'static str],
+    pub attrs: &'static [&'static str],
+    pub traits: XLA_FFI_Handler_Traits,
+}
+
+/// A validated view of `XLA_FFI_CallFrame` for the duration of one call.
+#[derive(Clone, Copy)]
+pub struct CallFrame<'a> {
+    frame: &'a XLA_FFI_CallFrame,
+    api: &'a XLA_FFI_Api,
+    signature: &'a Signature,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> CallFrame<'a> {
+    pub fn signature(&self) -> &'a Signature {
+        self.signature
+    }
+    pub fn api(&self) -> &'a XLA_FFI_Api {
+        self.api
+    }
+    pub fn raw_ctx(&self) -> *mut XLA_FFI_ExecutionContext {
+        self.frame.ctx
+    }
+    pub fn raw_stage(&self) -> i32 {
+        self.frame.stage
+    }
+    pub fn attrs(&self) -> Attrs<'a> {
+        // SAFETY: the frame (and so its attrs) outlives 'a.
+        unsafe { Attrs::from_raw(&self.frame.attrs) }
+    }
+
+    pub fn arg(&self, index: usize) -> Result<Buffer<'a>> {
+        let operand = Operand::Arg { index, name: self.signature.args[index] };
+        let args = &self.frame.args;
+        // SAFETY: the count was checked against the signature in `invoke`.
+        unsafe { self.buffer(*args.types.add(index), XLA_FFI_ArgType_BUFFER, *args.args.add(index), operand) }
+    }
+
+    pub fn ret(&self, index: usize) -> Result<Buffer<'a>> {
+        let operand = Operand::Ret { index, name: self.signature.rets[index] };
+        let rets = &self.frame.rets;
+        // SAFETY: as in `arg`.
+        unsafe { self.buffer(*rets.types.add(index), XLA_FFI_RetType_BUFFER, *rets.rets.add(index), operand) }
+    }
+
+    unsafe fn buffer(&self, kind: i32, expected: i32, raw: *mut std::ffi::c_void, operand: Operand) -> Result<Buffer<'a>> {
+        if kind != expected || raw.is_null() {
+            return Err(Error::invalid_argument(format!("{operand}: expected a buffer, got kind {kind}")));
+        }
+        Buffer::from_raw(&*(raw as *const XLA_FFI_Buffer), operand)
+    }
+
+    pub fn attr<T: FromAttr<'a>>(&self, name: &str) -> Result<T> {
+        self.attrs().decode(name).map_err(Error::invalid_argument)
+    }
+
+    /// Calls an XLA API function and converts its error (which we own) into ours.
+    pub(crate) fn api_call<A>(
+        &self,
+        what: &str,
+        function: Option<unsafe extern "C" fn(*mut A) -> *mut XLA_FFI_Error>,
+        args: &mut A,
+    ) -> Result<()> {
+        let function = function.ok_or_else(|| Error::unimplemented(format!("XLA does not provide {what}")))?;
+        // SAFETY: `args` is the argument struct this API function expects.
+        let error = unsafe { function(args) };
+        if error.is_null() {
+            return Ok(());
+        }
+        let message = unsafe { take_error_message(self.api, error) };
+        Err(Error::new(ErrorCode::FailedPrecondition, format!("{what}: {message}")))
+    }
+}
+
+/// Reads and destroys an error returned by XLA.
+unsafe fn take_error_message(api: &XLA_FFI_Api, error: *mut XLA_FFI_Error) -> String {
+    let mut message = String::from("(no message)");
+    if let Some(get) = api.XLA_FFI_Error_GetMessage {
+        // API 0.4's Error_GetDetails has the same leading fields and only appends one.
+        let mut args = XLA_FFI_Error_GetMessage_Args {
+            struct_size: XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE,
+            extension_start: ptr::null_mut(),
+            error,
+            message: ptr::null(),
+        };
+        get(&mut args);
+        if !args.message.is_null() {
+            message = std::ffi::CStr::from_ptr(args.message).to_string_lossy().into_owned();
+        }
+    }
+    if let Some(destroy) = api.XLA_FFI_Error_Destroy {
+        let mut args = XLA_FFI_Error_Destroy_Args {
+            struct_size: XLA_FFI_Error_Destroy_Args_STRUCT_SIZE,
+            extension_start: ptr::null_mut(),
+            error,
+        };
+        destroy(&mut args);
+    }
+    message
+}
+
+pub(crate) fn panic_error(payload: Box<dyn Any + Send>) -> Error {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".to_string());
+    Error::internal(format!("panic in handler: {message}"))
+}
+
+/// Answers XLA's registration-time metadata request, if this call is one. Must not touch
+/// `api`, `ctx` or the operands: older XLA passes a null `api` here.
+unsafe fn answer_metadata(frame: &XLA_FFI_CallFrame, traits: XLA_FFI_Handler_Traits) -> bool {
+    let extension = frame.extension_start;
+    if extension.is_null() || (*extension).type_ != XLA_FFI_Extension_Metadata {
+        return false;
+    }
+    let metadata = (*(extension as *mut XLA_FFI_Metadata_Extension)).metadata;
+    if !metadata.is_null() {
+        (*metadata).api_version = XLA_FFI_Api_Version {
+            struct_size: XLA_FFI_Api_Version_STRUCT_SIZE,
+            extension_start: ptr::null_mut(),
+            major_version: XLA_FFI_API_MAJOR,
+            minor_version: XLA_FFI_API_MINOR,
+        };
+        (*metadata).traits = traits;
+        (*metadata).state_type_id = XLA_FFI_TypeId { type_id: 0 };
+    }
+    true
+}
+
+fn create_error(api: &XLA_FFI_Api, error: &Error) -> *mut XLA_FFI_Error {
+    let Some(create) = api.XLA_FFI_Error_Create else { return ptr::null_mut() };
+    let message = CString::new(error.message.replace('\0', " ")).unwrap_or_default();
+    let mut args = XLA_FFI_Error_Create_Args {
+        struct_size: XLA_FFI_Error_Create_Args_STRUCT_SIZE,
+        extension_start: ptr::null_mut(),
+        message: message.as_ptr(),
+        errc: error.code as i32,
+    };
+    // SAFETY: XLA copies the message; the returned error is owned by the caller (XLA).
+    unsafe { create(&mut args) }
+}
+
+fn check_frame(frame: &XLA_FFI_CallFrame, signature: &Signature) -> Result<()> {
+    if frame.struct_size < XLA_FFI_CallFrame_STRUCT_SIZE {
+        return Err(Error::internal(format!(
+            "call frame of {} bytes is older than API {XLA_FFI_API_MAJOR}.{XLA_FFI_API_MINOR} ({XLA_FFI_CallFrame_STRUCT_SIZE} bytes)",
+            frame.struct_size
+        )));
+    }
+    if frame.stage != XLA_FFI_ExecutionStage_EXECUTE {
+        return Err(Error::internal(format!("execute handler called in stage {}", frame.stage)));
+    }
+    let counts = [
+        ("operands", frame.args.size, signature.args),
+        ("results", frame.rets.size, signature.rets),
+    ];
+    for (what, got, names) in counts {
+        if got != names.len() as i64 {
+            return Err(Error::invalid_argument(format!(
+                "expected {} {what} ({}), got {got}",
+                names.len(),
+                names.join(", ")
+            )));
+        }
+    }
+    let attrs = unsafe { Attrs::from_raw(&frame.attrs) };
+    if let Some(unexpected) = (0..attrs.len()).map(|i| attrs.name(i)).find(|n| !signature.attrs.contains(n)) {
+        return Err(Error::invalid_argument(format!(
+            "unexpected attribute '{unexpected}' (expected attributes: [{}])",
+            signature.attrs.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Runs one call of a handler: metadata handshake, frame checks, then `body`; every error gets
+/// the target name as prefix and every panic becomes an INTERNAL error.
+///
+/// # Safety
+/// `frame` must be a call frame passed by XLA (or null).
+pub unsafe fn invoke(
+    frame: *mut XLA_FFI_CallFrame,
+    signature: &Signature,
+    body: impl FnOnce(&CallFrame<'_>) -> Result<()>,
+) -> *mut XLA_FFI_Error {
+    let Some(frame) = frame.as_ref() else { return ptr::null_mut() };
+    if answer_metadata(frame, signature.traits) {
+        return ptr::null_mut();
+    }
+    // Without an API table no error can be created; XLA always passes one when executing.
+    let Some(api) = frame.api.as_ref() else { return ptr::null_mut() };
+    let call = CallFrame { frame, api, signature, _not_send: PhantomData };
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        check_frame(frame, signature)?;
+        body(&call)
+    }))
+    .unwrap_or_else(|panic| Err(panic_error(panic)));
+    match outcome {
+        Ok(()) => ptr::null_mut(),
+        Err(mut error) => {
+            error.message = format!("{}: {}", signature.target.to_string_lossy(), error.message);
+            create_error(api, &error)
+        }
+    }
+}
+
+/// Decodes an operand into a handler parameter type.
+pub trait FromBuffer<'a>: Sized {
+    fn from_buffer(buffer: Buffer<'a>) -> Result<Self>;
+}
+
+impl<'a> FromBuffer<'a> for Buffer<'a> {
+    fn from_buffer(buffer: Buffer<'a>) -> Result<Self> {
+        Ok(buffer)
+    }
+}
+
+/// Declares an XLA FFI handler: an exported `extern "C"` symbol bound to a signature (context
+/// values, operands, results and attributes, each decoded by type) and one function that
+/// receives them in that order.
+///
+/// ```ignore
+/// ffi_handler! {
+///     /// LU factorization on the host.
+///     pub fn ferrax_cpu_getrf = GETRF_TARGET;
+///     ctx pool: ThreadPool;
+///     arg a: Buffer;
+///     ret lu: Buffer; ret ipiv: Buffer; ret info: Buffer;
+///     traits = 0;
+///     body = getrf_cpu;
+/// }
+/// ```
+#[macro_export]
+macro_rules! ffi_handler {
+    (
+        $(#[$meta:meta])*
+        $vis:vis fn $symbol:ident = $target:expr;
+        $( ctx $ctx:ident : $ctx_ty:ty; )*
+        $( arg $arg:ident : $arg_ty:ty; )*
+        $( ret $ret:ident : $ret_ty:ty; )*
+        $( attr $attr:ident : $attr_ty:ty; )*
+        traits = $traits:expr;
+        body = $body:path;
+    ) => {
+        $(#[$meta])*
+        ///
+        /// # Safety
+        /// Called by XLA with a valid call frame.
+        #[no_mangle]
+        $vis unsafe extern "C" fn $symbol(
+            frame: *mut $crate::ffi::sys::XLA_FFI_CallFrame,
+        ) -> *mut $crate::ffi::sys::XLA_FFI_Error {
+            static SIGNATURE: $crate::ffi::Signature = $crate::ffi::Signature {
+                target: $target,
+                args: &[$(stringify!($arg)),*],
+                rets: &[$(stringify!($ret)),*],
+                attrs: &[$(stringify!($attr)),*],
+                traits: $traits,
+            };
+            $crate::ffi::invoke(frame, &SIGNATURE, |call| {
+                let mut _arg_index = 0usize;
+                let mut _ret_index = 0usize;
+                $( let $ctx = <$ctx_ty as $crate::ffi::FromContext>::from_context(call)?; )*
+                $(
+                    let $arg = <$arg_ty as $crate::ffi::FromBuffer>::from_buffer(call.arg(_arg_index)?)?;
+                    _arg_index += 1;
+                )*
+                $(
+                    let $ret = <$ret_ty as $crate::ffi::FromBuffer>::from_buffer(call.ret(_ret_index)?)?;
+                    _ret_index += 1;
+                )*
+                $( let $attr: $attr_ty = call.attr(stringify!($attr))?; )*
+                $body($($ctx,)* $($arg,)* $($ret,)* $($attr),*)
+            })
+        }
+    };
+}

@@ -1,0 +1,51 @@
+//! `lu_pivots_to_permutation`: 0-based LAPACK row swaps `[..., k]` to permutations
+//! `[..., p]` (p read from the result's shape), as jaxlib's `cu_lu_pivots_to_permutation`.
+
+use crate::ffi::{Buffer, DataType, Result, ThreadPool};
+use crate::ffi_handler;
+use std::ffi::CStr;
+
+pub const TARGET: &CStr = c"ferrax_lu_pivots_to_permutation";
+
+ffi_handler! {
+    /// Pivots to permutation on the host, batch split across XLA's thread pool.
+    pub fn ferrax_cpu_lu_pivots_to_permutation = TARGET;
+    ctx pool: ThreadPool;
+    arg pivots: Buffer;
+    ret permutation: Buffer;
+    traits = 0;
+    body = pivots_cpu;
+}
+
+fn pivots_cpu(pool: ThreadPool<'_>, pivots: Buffer<'_>, permutation: Buffer<'_>) -> Result<()> {
+    pivots.expect_dtype(DataType::S32)?;
+    permutation.expect_dtype(DataType::S32)?;
+    pivots.expect_rank_at_least(1)?;
+    let (batch_dims, k) = pivots.dims().split_at(pivots.rank() - 1);
+    if permutation.rank() != pivots.rank() || &permutation.dims()[..batch_dims.len()] != batch_dims {
+        return Err(permutation.mismatch(
+            format!("shape {batch_dims:?} + [permutation_size]"),
+            format!("shape {:?}", permutation.dims()),
+        ));
+    }
+    let (k, p) = (k[0] as usize, *permutation.dims().last().unwrap_or(&0) as usize);
+    if p < k {
+        return Err(permutation.mismatch(
+            format!("permutation_size >= {k} (the number of pivots)"),
+            format!("{p}"),
+        ));
+    }
+    // SAFETY: the result is distinct from the argument.
+    let (pivots, permutation) = unsafe { (pivots.as_slice::<i32>()?, permutation.as_mut_slice::<i32>()?) };
+    if p == 0 {
+        return Ok(());
+    }
+    let batch = permutation.len() / p;
+    let out = crate::ops::SharedMut(permutation.as_mut_ptr());
+    crate::ops::for_each_parallel(&pool, batch, k + p, &|b| {
+        // SAFETY: each task writes its own matrix's permutation.
+        let perm = unsafe { std::slice::from_raw_parts_mut(out.at(b * p), p) };
+        ferrax_kernels::pivots::pivots_to_permutation(&pivots[b * k..(b + 1) * k], perm);
+        Ok(())
+    })
+}
