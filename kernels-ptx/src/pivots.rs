@@ -34,7 +34,7 @@ mod tests {
     fn out_of_range_pivots_are_ignored() {
         let mut perm = [0; 3];
         pivots_to_permutation(&[-1, 7, 1], &mut perm);
-        assert_eq!(perm, [0, 1, 2]);
+        assert_eq!(perm, [0, 2, 1]);
     }
 
     #[test]
