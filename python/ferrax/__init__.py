@@ -1,0 +1,17 @@
+"""ferrax: JAX's custom-call kernels as typed XLA FFI handlers written in Rust.
+
+``import ferrax`` registers the handlers with XLA. ``ferrax.install()`` then routes jax's own
+primitives (LU, pivots to permutation, Threefry) to ferrax, so unmodified ``jnp.linalg``,
+``jax.scipy.linalg`` and ``jax.random`` code runs on ferrax; ``ferrax.uninstall()`` undoes it.
+``ferrax.linalg`` and ``ferrax.random`` call the kernels explicitly.
+"""
+
+from ferrax._install import install, installed, uninstall
+from ferrax._registry import export_disabled_checks, register, target_names
+from ferrax import linalg, random
+
+__version__ = "0.1.0"
+__all__ = ["register", "install", "uninstall", "installed", "target_names",
+           "export_disabled_checks", "linalg", "random"]
+
+register()

@@ -1,0 +1,77 @@
+"""``ferrax.install()``: route jax's own primitives to ferrax targets, per platform.
+
+Only lowering rules change: jax's abstract evaluation, batching and differentiation rules stay,
+so unmodified ``jnp.linalg`` / ``jax.scipy.linalg`` / ``jax.random`` code runs on ferrax.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+from jax._src.interpreters import mlir
+from jax._src.lax import linalg as lax_linalg
+from jax._src.random import threefry2x32 as jax_threefry
+
+from ferrax import linalg, random
+from ferrax._registry import register
+
+_lock = threading.Lock()
+_saved: dict | None = None
+
+
+def _lu(a):
+    return linalg.lu(a)
+
+
+def _lu_pivots_to_permutation(pivots, *, permutation_size):
+    return linalg.lu_pivots_to_permutation(pivots, permutation_size)
+
+
+def _threefry2x32(key0, key1, x0, x1):
+    return list(random.threefry2x32(key0, key1, x0, x1))
+
+
+def _routes():
+    """(platform, jax primitive, lowering rule) for every primitive ferrax takes over."""
+    return [
+        ("cpu", lax_linalg.lu_p, mlir.lower_fun(_lu, multiple_results=True)),
+        ("cpu", lax_linalg.lu_pivots_to_permutation_p,
+         mlir.lower_fun(_lu_pivots_to_permutation, multiple_results=False)),
+        ("cpu", jax_threefry.threefry2x32_p, mlir.lower_fun(_threefry2x32, multiple_results=True)),
+    ]
+
+
+def install() -> None:
+    """Lowers jax's primitives that have a ferrax target to ferrax (idempotent). Compiled
+    functions are dropped from jax's caches so that the next call recompiles."""
+    global _saved
+    register()
+    with _lock:
+        if _saved is not None:
+            return
+        _saved = {}
+        for platform, prim, rule in _routes():
+            _saved[(platform, prim)] = mlir._platform_specific_lowerings[platform].get(prim)
+            mlir.register_lowering(prim, rule, platform=platform)
+    jax.clear_caches()
+
+
+def uninstall() -> None:
+    """Restores jax's own lowering rules (idempotent)."""
+    global _saved
+    with _lock:
+        if _saved is None:
+            return
+        for (platform, prim), entry in _saved.items():
+            if entry is None:
+                mlir._platform_specific_lowerings[platform].pop(prim, None)
+            else:
+                mlir._platform_specific_lowerings[platform][prim] = entry
+        _saved = None
+    jax.clear_caches()
+
+
+def installed() -> bool:
+    return _saved is not None

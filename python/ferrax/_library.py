@@ -1,0 +1,105 @@
+"""Loading libferrax.so and filling its LAPACK table.
+
+The library has no Python dependency; it is loaded with ctypes. LAPACK comes from SciPy's
+``cython_lapack`` capsules, the same OpenBLAS jaxlib uses, so no second BLAS enters the process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import pathlib
+
+_LIBRARY_NAME = "libferrax.so"
+ABI_VERSION = 1
+
+
+class FerraxTarget(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("platform", ctypes.c_char_p),
+        ("handler", ctypes.c_void_p),
+    ]
+
+
+def _candidate_paths() -> list[pathlib.Path]:
+    here = pathlib.Path(__file__).resolve().parent
+    paths = []
+    if os.environ.get("FERRAX_LIBRARY"):
+        paths.append(pathlib.Path(os.environ["FERRAX_LIBRARY"]))
+    paths.append(here / _LIBRARY_NAME)  # installed wheel
+    paths.append(here.parent.parent / "target" / "release" / _LIBRARY_NAME)  # source checkout
+    return paths
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    """The loaded libferrax.so (FERRAX_LIBRARY, the package directory, or target/release)."""
+    tried = _candidate_paths()
+    path = next((p for p in tried if p.is_file()), None)
+    if path is None:
+        raise ImportError(
+            "ferrax: libferrax.so not found; tried " + ", ".join(map(str, tried))
+            + ". Build it with `cargo build --release` or install the package with pip.")
+    lib = ctypes.CDLL(str(path))
+    lib.ferrax_abi_version.restype = ctypes.c_uint32
+    if lib.ferrax_abi_version() != ABI_VERSION:
+        raise ImportError(
+            f"ferrax: {path} has ABI version {lib.ferrax_abi_version()}, "
+            f"this package expects {ABI_VERSION}; rebuild the library")
+    lib.ferrax_targets.restype = ctypes.POINTER(FerraxTarget)
+    lib.ferrax_targets.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
+    lib.ferrax_lapack_register.restype = ctypes.c_int
+    lib.ferrax_lapack_register.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    lib.ferrax_lapack_load_library.restype = ctypes.c_int
+    lib.ferrax_lapack_load_library.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.ferrax_lapack_missing_count.restype = ctypes.c_size_t
+    return lib
+
+
+def targets() -> list[tuple[str, str, int]]:
+    """(target name, JAX platform, handler address) for every handler in the library."""
+    count = ctypes.c_size_t()
+    table = library().ferrax_targets(ctypes.byref(count))
+    return [(table[i].name.decode(), table[i].platform.decode(), table[i].handler)
+            for i in range(count.value)]
+
+
+def _capsule_pointer(capsule) -> tuple[str, int]:
+    api = ctypes.pythonapi
+    api.PyCapsule_GetName.restype = ctypes.c_char_p
+    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    name = api.PyCapsule_GetName(capsule)
+    return name.decode(), api.PyCapsule_GetPointer(capsule, name)
+
+
+def fill_lapack_from_scipy() -> int:
+    """Registers SciPy's LAPACK routines in the library's table; returns how many it took."""
+    from scipy.linalg import cython_lapack
+
+    lib = library()
+    taken = 0
+    for routine, capsule in cython_lapack.__pyx_capi__.items():
+        signature, pointer = _capsule_pointer(capsule)
+        # The table expects LP64 (32-bit int) routines; an ILP64 SciPy build uses int64.
+        if "int64" in signature or "long" in signature:
+            raise RuntimeError(
+                f"ferrax: scipy's LAPACK is ILP64 ({routine}: {signature}); ferrax needs LP64")
+        taken += lib.ferrax_lapack_register(routine.encode(), pointer)
+    return taken
+
+
+def load_lapack_library(path: str | os.PathLike) -> int:
+    """Fills the LAPACK table by dlopen of a LAPACK library (e.g. scipy-openblas32's)."""
+    error = ctypes.create_string_buffer(512)
+    found = library().ferrax_lapack_load_library(os.fsencode(path), error, len(error))
+    if found < 0:
+        raise OSError(error.value.decode())
+    return found
+
+
+def lapack_missing_count() -> int:
+    return library().ferrax_lapack_missing_count()

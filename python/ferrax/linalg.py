@@ -1,0 +1,44 @@
+"""Explicit linear-algebra functions on ferrax kernels (whether or not ``install()`` ran).
+
+They accept leading batch dimensions and work under ``jit`` and ``vmap``; for automatic
+differentiation use jax's own functions after ``ferrax.install()``, which keep jax's rules.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from ferrax._primitives import getrf_p, lu_pivots_to_permutation_p
+from ferrax._registry import register
+
+__all__ = ["getrf", "lu", "lu_pivots_to_permutation"]
+
+
+def getrf(a):
+    """LAPACK ``?getrf`` on a batch ``[..., m, n]``: ``(lu, ipiv, info)`` with LAPACK's
+    conventions (1-based ``ipiv``, ``info > 0`` for an exactly singular U)."""
+    register()
+    return tuple(getrf_p.bind(jnp.asarray(a)))
+
+
+def lu_pivots_to_permutation(pivots, permutation_size: int):
+    """0-based row swaps ``[..., k]`` to permutations ``[..., permutation_size]``, as
+    :func:`jax.lax.linalg.lu_pivots_to_permutation`."""
+    register()
+    return lu_pivots_to_permutation_p.bind(jnp.asarray(pivots), permutation_size=int(permutation_size))
+
+
+def lu(a):
+    """LU with partial pivoting, as :func:`jax.lax.linalg.lu`: ``(lu, pivots, permutation)``
+    with 0-based pivots; matrices where LAPACK reports an illegal argument become NaN."""
+    a = jnp.asarray(a)
+    packed, ipiv, info = getrf(a)
+    return lu_from_getrf(packed, ipiv, info, a.shape[-2])
+
+
+def lu_from_getrf(packed, ipiv, info, m):
+    """jaxlib's post-processing of getrf: 0-based pivots, NaN where ``info < 0``, and the
+    row permutation."""
+    pivots = ipiv - 1
+    packed = jnp.where((info >= 0)[..., None, None], packed, jnp.nan)
+    return packed, pivots, lu_pivots_to_permutation(pivots, m)
