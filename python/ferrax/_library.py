@@ -28,7 +28,9 @@ def _candidate_paths() -> list[pathlib.Path]:
     paths = []
     if os.environ.get("FERRAX_LIBRARY"):
         paths.append(pathlib.Path(os.environ["FERRAX_LIBRARY"]))
-    paths.append(here / _LIBRARY_NAME)  # installed wheel
+    # An installed wheel (setuptools-rust names the file with the build's extension suffix;
+    # the library itself does not depend on the Python version).
+    paths.extend(sorted(here.glob("libferrax*.so")))
     paths.append(here.parent.parent / "target" / "release" / _LIBRARY_NAME)  # source checkout
     return paths
 
