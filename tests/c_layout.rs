@@ -76,7 +76,8 @@ macro_rules! c_field {
 /// given for the structs whose `*_STRUCT_SIZE` sys.rs defines (the header defines it for more).
 macro_rules! structs {
     ($spec:ident; $($s:ident $([$size:ident])? { $($f:ident $(as $cf:ident)?),* $(,)? })*) => {$(
-        // Exhaustive pattern: a field added to sys.rs but not listed here does not compile.
+        // Exhaustive pattern, so a field added to sys.rs but not listed here does not compile
+        // (inside a macro rustc words it as "pattern requires `..`"; the fix is to list the field).
         let _ = |v: &sys::$s| {
             let sys::$s { $($f: _),* } = v;
         };
@@ -415,6 +416,8 @@ fn sys_matches_c_api_header() {
     );
 }
 
+/// The check must be able to fail: of a right and a wrong claim (dims at 48 instead of 40 on
+/// 64-bit targets), exactly the wrong one is reported, with both values.
 #[test]
 fn wrong_expectation_is_reported() {
     let Some(include) = include_dir() else { return };
