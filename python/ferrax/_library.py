@@ -54,8 +54,6 @@ def library() -> ctypes.CDLL:
     lib.ferrax_targets.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
     lib.ferrax_lapack_register.restype = ctypes.c_int
     lib.ferrax_lapack_register.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
-    lib.ferrax_lapack_load_library.restype = ctypes.c_int
-    lib.ferrax_lapack_load_library.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.ferrax_lapack_missing_count.restype = ctypes.c_size_t
     return lib
 
@@ -92,15 +90,6 @@ def fill_lapack_from_scipy() -> int:
                 f"ferrax: scipy's LAPACK is ILP64 ({routine}: {signature}); ferrax needs LP64")
         taken += lib.ferrax_lapack_register(routine.encode(), pointer)
     return taken
-
-
-def load_lapack_library(path: str | os.PathLike) -> int:
-    """Fills the LAPACK table by dlopen of a LAPACK library (e.g. scipy-openblas32's)."""
-    error = ctypes.create_string_buffer(512)
-    found = library().ferrax_lapack_load_library(os.fsencode(path), error, len(error))
-    if found < 0:
-        raise OSError(error.value.decode())
-    return found
 
 
 def lapack_missing_count() -> int:
