@@ -239,15 +239,27 @@ impl<'a> FromBuffer<'a> for Buffer<'a> {
 /// values, operands, results and attributes, each decoded by type) and one function that
 /// receives them in that order.
 ///
-/// ```ignore
+/// ```
+/// use ferrax::ffi::{Buffer, DataType, Result};
+/// use ferrax::ffi_handler;
+///
 /// ffi_handler! {
-///     /// LU factorization on the host.
-///     pub fn ferrax_cpu_getrf = GETRF_TARGET;
-///     ctx pool: ThreadPool;
-///     arg a: Buffer;
-///     ret lu: Buffer; ret ipiv: Buffer; ret info: Buffer;
+///     /// Scales a f32 buffer by an attribute.
+///     pub fn example_scale = c"example_scale";
+///     arg x: Buffer;
+///     ret y: Buffer;
+///     attr factor: f32;
 ///     traits = 0;
-///     body = getrf_cpu;
+///     body = scale;
+/// }
+///
+/// fn scale(x: Buffer<'_>, y: Buffer<'_>, factor: f32) -> Result<()> {
+///     x.expect_dtype(DataType::F32)?;
+///     y.expect_dims(x.dims())?;
+///     // SAFETY: `y` is a distinct result buffer; `x` is read-only.
+///     let (x, y) = unsafe { (x.as_slice::<f32>()?, y.as_mut_slice::<f32>()?) };
+///     y.iter_mut().zip(x).for_each(|(y, x)| *y = x * factor);
+///     Ok(())
 /// }
 /// ```
 #[macro_export]
