@@ -2,6 +2,11 @@
 
 Only lowering rules change: jax's abstract evaluation, batching and differentiation rules stay,
 so unmodified ``jnp.linalg`` / ``jax.scipy.linalg`` / ``jax.random`` code runs on ferrax.
+
+jax's CPU linalg lowerings all name their LAPACK target through one function,
+``jaxlib.lapack.prepare_lapack_call``; ferrax's CPU targets keep jaxlib's contract (operands,
+attributes, layouts, ``info``), so redirecting that name is all it takes, and jax's own
+post-processing (pivot offsets, NaN where ``info`` fails) stays exactly as it is.
 """
 
 from __future__ import annotations
@@ -9,20 +14,26 @@ from __future__ import annotations
 import threading
 
 import jax
-import jax.numpy as jnp
+import jaxlib.lapack as jaxlib_lapack
 from jax._src.interpreters import mlir
 from jax._src.lax import linalg as lax_linalg
 from jax._src.random import threefry2x32 as jax_threefry
 
-from ferrax import linalg, random
+from ferrax import _primitives, linalg, random
 from ferrax._registry import register
 
 _lock = threading.Lock()
 _saved: dict | None = None
 
+#: jaxlib's LAPACK function base name -> the ferrax target with the same contract.
+_LAPACK_TARGETS = {"getrf_ffi": _primitives.GETRF}
+_jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 
-def _lu(a):
-    return linalg.lu(a)
+
+def _prepare_lapack_call(fn_base, dtype):
+    # jaxlib's version validates the dtype (and initializes its own LAPACK table).
+    jaxlib_target = _jaxlib_prepare_lapack_call(fn_base, dtype)
+    return _LAPACK_TARGETS.get(fn_base, jaxlib_target)
 
 
 def _lu_pivots_to_permutation(pivots, *, permutation_size):
@@ -36,7 +47,6 @@ def _threefry2x32(key0, key1, x0, x1):
 def _routes():
     """(platform, jax primitive, lowering rule) for every primitive ferrax takes over."""
     return [
-        ("cpu", lax_linalg.lu_p, mlir.lower_fun(_lu, multiple_results=True)),
         ("cpu", lax_linalg.lu_pivots_to_permutation_p,
          mlir.lower_fun(_lu_pivots_to_permutation, multiple_results=False)),
         ("cpu", jax_threefry.threefry2x32_p, mlir.lower_fun(_threefry2x32, multiple_results=True)),
@@ -52,6 +62,7 @@ def install() -> None:
         if _saved is not None:
             return
         _saved = {}
+        jaxlib_lapack.prepare_lapack_call = _prepare_lapack_call
         for platform, prim, rule in _routes():
             _saved[(platform, prim)] = mlir._platform_specific_lowerings[platform].get(prim)
             mlir.register_lowering(prim, rule, platform=platform)
@@ -64,6 +75,7 @@ def uninstall() -> None:
     with _lock:
         if _saved is None:
             return
+        jaxlib_lapack.prepare_lapack_call = _jaxlib_prepare_lapack_call
         for (platform, prim), entry in _saved.items():
             if entry is None:
                 mlir._platform_specific_lowerings[platform].pop(prim, None)
