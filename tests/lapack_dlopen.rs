@@ -7,7 +7,11 @@ use num_complex::Complex;
 use std::ffi::{c_char, c_int, CString};
 
 extern "C" {
-    fn ferrax_lapack_load_library(path: *const c_char, error: *mut c_char, error_len: usize) -> c_int;
+    fn ferrax_lapack_load_library(
+        path: *const c_char,
+        error: *mut c_char,
+        error_len: usize,
+    ) -> c_int;
     fn ferrax_lapack_missing_count() -> usize;
 }
 
@@ -17,9 +21,12 @@ use ferrax as _;
 fn load(path: &str) -> Result<c_int, String> {
     let path = CString::new(path).unwrap();
     let mut error = [0 as c_char; 256];
-    let found = unsafe { ferrax_lapack_load_library(path.as_ptr(), error.as_mut_ptr(), error.len()) };
+    let found =
+        unsafe { ferrax_lapack_load_library(path.as_ptr(), error.as_mut_ptr(), error.len()) };
     if found < 0 {
-        Err(unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) }.to_string_lossy().into_owned())
+        Err(unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
     } else {
         Ok(found)
     }
@@ -37,10 +44,18 @@ trait TestScalar: Lapack + Copy + Default + std::ops::Mul<Output = Self> + std::
 macro_rules! real {
     ($t:ty, $tol:expr) => {
         impl TestScalar for $t {
-            fn random(next: &mut impl FnMut() -> f64) -> Self { next() as $t }
-            fn abs(self) -> f64 { <$t>::abs(self) as f64 }
-            fn sub(self, other: Self) -> Self { self - other }
-            fn one() -> Self { 1.0 }
+            fn random(next: &mut impl FnMut() -> f64) -> Self {
+                next() as $t
+            }
+            fn abs(self) -> f64 {
+                <$t>::abs(self) as f64
+            }
+            fn sub(self, other: Self) -> Self {
+                self - other
+            }
+            fn one() -> Self {
+                1.0
+            }
             const TOLERANCE: f64 = $tol;
         }
     };
@@ -48,10 +63,18 @@ macro_rules! real {
 macro_rules! complex {
     ($t:ty, $tol:expr) => {
         impl TestScalar for Complex<$t> {
-            fn random(next: &mut impl FnMut() -> f64) -> Self { Complex::new(next() as $t, next() as $t) }
-            fn abs(self) -> f64 { (self.re as f64).hypot(self.im as f64) }
-            fn sub(self, other: Self) -> Self { self - other }
-            fn one() -> Self { Complex::new(1.0, 0.0) }
+            fn random(next: &mut impl FnMut() -> f64) -> Self {
+                Complex::new(next() as $t, next() as $t)
+            }
+            fn abs(self) -> f64 {
+                (self.re as f64).hypot(self.im as f64)
+            }
+            fn sub(self, other: Self) -> Self {
+                self - other
+            }
+            fn one() -> Self {
+                Complex::new(1.0, 0.0)
+            }
             const TOLERANCE: f64 = $tol;
         }
     };
@@ -65,7 +88,9 @@ complex!(f64, 1e-12);
 fn check_getrf<T: TestScalar>(m: usize, n: usize, seed: u64) {
     let mut state = seed;
     let mut next = || {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((state >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
     };
     let a: Vec<T> = (0..m * n).map(|_| T::random(&mut next)).collect();
@@ -75,7 +100,16 @@ fn check_getrf<T: TestScalar>(m: usize, n: usize, seed: u64) {
     let mut info = -1;
     let getrf = T::getrf().expect("table filled");
     let (mi, ni, lda) = (m as i32, n as i32, m.max(1) as i32);
-    unsafe { getrf(&mi, &ni, lu.as_mut_ptr(), &lda, ipiv.as_mut_ptr(), &mut info) };
+    unsafe {
+        getrf(
+            &mi,
+            &ni,
+            lu.as_mut_ptr(),
+            &lda,
+            ipiv.as_mut_ptr(),
+            &mut info,
+        )
+    };
     assert_eq!(info, 0, "random {m}x{n} matrix reported singular");
     // Row permutation from the 1-based swaps.
     let mut rows: Vec<usize> = (0..m).collect();
@@ -91,7 +125,10 @@ fn check_getrf<T: TestScalar>(m: usize, n: usize, seed: u64) {
                 product += lower * at(&lu, l, j);
             }
             let error = at(&a, rows[i], j).sub(product).abs();
-            assert!(error < T::TOLERANCE, "{m}x{n}: |PA - LU| = {error} at ({i}, {j})");
+            assert!(
+                error < T::TOLERANCE,
+                "{m}x{n}: |PA - LU| = {error} at ({i}, {j})"
+            );
         }
     }
 }
@@ -100,14 +137,23 @@ fn check_getrf<T: TestScalar>(m: usize, n: usize, seed: u64) {
 fn scipy_openblas32_fills_the_table() {
     // One test, because the table is process-wide and its state is checked in sequence.
     assert_eq!(unsafe { ferrax_lapack_missing_count() }, ROUTINES.len());
-    let missing = <f64 as Lapack>::getrf().err().expect("empty table").to_string();
-    assert!(missing.contains("dgetrf") && missing.contains("ferrax.register()"), "{missing}");
+    let missing = <f64 as Lapack>::getrf()
+        .err()
+        .expect("empty table")
+        .to_string();
+    assert!(
+        missing.contains("dgetrf") && missing.contains("ferrax.register()"),
+        "{missing}"
+    );
 
     let error = load("/nonexistent/libnothing.so").unwrap_err();
     assert!(error.contains("/nonexistent/libnothing.so"), "{error}");
 
     let Ok(path) = std::env::var("FERRAX_TEST_LAPACK") else {
-        assert!(std::env::var_os("CI").is_none(), "CI must set FERRAX_TEST_LAPACK (scripts/test does)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set FERRAX_TEST_LAPACK (scripts/test does)"
+        );
         eprintln!("*** lapack_dlopen skipped: FERRAX_TEST_LAPACK is not set ***");
         return;
     };

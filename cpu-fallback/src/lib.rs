@@ -8,5 +8,5 @@
 mod lapack;
 mod table;
 
-pub use lapack::{Getrf, Lapack, LapackInt};
-pub use table::{load_library, missing, register, registered_names, Missing, ROUTINES};
+pub use lapack::*;
+pub use table::{load_library, missing, register, registered_names, Missing};

@@ -1,5 +1,6 @@
 //! The function-pointer table: one atomic slot per LAPACK routine, by its LAPACK name.
 
+use crate::lapack::ROUTINES;
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -22,29 +23,21 @@ impl fmt::Display for Missing {
 
 impl std::error::Error for Missing {}
 
-pub(crate) struct Slot {
-    pub name: &'static str,
-    pub ptr: AtomicPtr<c_void>,
-}
+/// One pointer per entry of [`ROUTINES`], null until registered.
+static POINTERS: [AtomicPtr<c_void>; ROUTINES.len()] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; ROUTINES.len()];
 
-macro_rules! routines {
-    ($($name:ident),* $(,)?) => {
-        /// Every LAPACK routine the handlers call, by LAPACK name (lower case, no underscore).
-        pub const ROUTINES: &[&str] = &[$(stringify!($name)),*];
-        pub(crate) static SLOTS: [Slot; ROUTINES.len()] = [
-            $(Slot { name: stringify!($name), ptr: AtomicPtr::new(std::ptr::null_mut()) }),*
-        ];
-    };
-}
-
-routines!(sgetrf, dgetrf, cgetrf, zgetrf);
-
-pub(crate) fn slot(name: &'static str) -> &'static Slot {
-    SLOTS.iter().find(|s| s.name == name).expect("routine listed in ROUTINES")
+fn slot(name: &str) -> Option<&'static AtomicPtr<c_void>> {
+    ROUTINES
+        .iter()
+        .position(|&r| r == name)
+        .map(|i| &POINTERS[i])
 }
 
 pub(crate) fn get(name: &'static str) -> Result<*mut c_void, Missing> {
-    let ptr = slot(name).ptr.load(Ordering::Acquire);
+    let ptr = slot(name)
+        .expect("routine listed in ROUTINES")
+        .load(Ordering::Acquire);
     if ptr.is_null() {
         Err(Missing(name))
     } else {
@@ -56,9 +49,9 @@ pub(crate) fn get(name: &'static str) -> Result<*mut c_void, Missing> {
 /// (32-bit integers, all arguments by pointer, no hidden string lengths), as SciPy's
 /// `cython_lapack` capsules do. Returns false for a name the table does not hold.
 pub fn register(name: &str, function: *mut c_void) -> bool {
-    match SLOTS.iter().find(|s| s.name == name) {
+    match slot(name) {
         Some(slot) if !function.is_null() => {
-            slot.ptr.store(function, Ordering::Release);
+            slot.store(function, Ordering::Release);
             true
         }
         _ => false,
@@ -67,12 +60,21 @@ pub fn register(name: &str, function: *mut c_void) -> bool {
 
 /// Names of the routines that have a pointer.
 pub fn registered_names() -> Vec<&'static str> {
-    SLOTS.iter().filter(|s| !s.ptr.load(Ordering::Acquire).is_null()).map(|s| s.name).collect()
+    names_where(|registered| registered)
 }
 
 /// Names of the routines that have none.
 pub fn missing() -> Vec<&'static str> {
-    SLOTS.iter().filter(|s| s.ptr.load(Ordering::Acquire).is_null()).map(|s| s.name).collect()
+    names_where(|registered| !registered)
+}
+
+fn names_where(keep: impl Fn(bool) -> bool) -> Vec<&'static str> {
+    ROUTINES
+        .iter()
+        .zip(&POINTERS)
+        .filter(|(_, p)| keep(!p.load(Ordering::Acquire).is_null()))
+        .map(|(&name, _)| name)
+        .collect()
 }
 
 /// Fills the table from a LAPACK shared library, such as `libscipy_openblas.so` from the
@@ -83,18 +85,21 @@ pub fn load_library(path: &std::path::Path) -> Result<usize, String> {
     let library = unsafe { libloading::Library::new(path) }
         .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
     let mut found = 0;
-    for slot in &SLOTS {
-        for symbol in [format!("scipy_{}_", slot.name), format!("{}_", slot.name)] {
+    for (name, slot) in ROUTINES.iter().zip(&POINTERS) {
+        for symbol in [format!("scipy_{name}_"), format!("{name}_")] {
             // SAFETY: only the address is taken; it is called later with its LAPACK signature.
             if let Ok(f) = unsafe { library.get::<*mut c_void>(symbol.as_bytes()) } {
-                slot.ptr.store(*f, Ordering::Release);
+                slot.store(*f, Ordering::Release);
                 found += 1;
                 break;
             }
         }
     }
     if found == 0 {
-        return Err(format!("{} exports none of the LAPACK routines ferrax needs", path.display()));
+        return Err(format!(
+            "{} exports none of the LAPACK routines ferrax needs",
+            path.display()
+        ));
     }
     std::mem::forget(library);
     Ok(found)

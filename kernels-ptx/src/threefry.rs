@@ -50,7 +50,10 @@ mod tests {
     #[test]
     fn random123_known_answers() {
         assert_eq!(threefry2x32([0, 0], [0, 0]), [0x6b20_0159, 0x99ba_4efe]);
-        assert_eq!(threefry2x32([u32::MAX, u32::MAX], [u32::MAX, u32::MAX]), [0x1cb9_96fc, 0xbb00_2be7]);
+        assert_eq!(
+            threefry2x32([u32::MAX, u32::MAX], [u32::MAX, u32::MAX]),
+            [0x1cb9_96fc, 0xbb00_2be7]
+        );
         assert_eq!(
             threefry2x32([0x1319_8a2e, 0x0370_7344], [0x243f_6a88, 0x85a3_08d3]),
             [0xc492_3a9c, 0x483d_f7a0]
@@ -74,7 +77,9 @@ mod tests {
             }
         }
         let (mut out0, mut out1) = ([0u32; 37], [0u32; 37]);
-        threefry2x32_slices(&inputs[0], &inputs[1], &inputs[2], &inputs[3], &mut out0, &mut out1);
+        threefry2x32_slices(
+            &inputs[0], &inputs[1], &inputs[2], &inputs[3], &mut out0, &mut out1,
+        );
         for i in 0..n {
             let want = threefry2x32([inputs[0][i], inputs[1][i]], [inputs[2][i], inputs[3][i]]);
             assert_eq!([out0[i], out1[i]], want);

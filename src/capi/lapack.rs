@@ -9,11 +9,16 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 /// # Safety
 /// `name` must be null or a NUL-terminated string; `function` must have that signature.
 #[no_mangle]
-pub unsafe extern "C" fn ferrax_lapack_register(name: *const c_char, function: *mut c_void) -> c_int {
+pub unsafe extern "C" fn ferrax_lapack_register(
+    name: *const c_char,
+    function: *mut c_void,
+) -> c_int {
     if name.is_null() {
         return 0;
     }
-    let Ok(name) = CStr::from_ptr(name).to_str() else { return 0 };
+    let Ok(name) = CStr::from_ptr(name).to_str() else {
+        return 0;
+    };
     ferrax_cpu_fallback::register(name, function) as c_int
 }
 
@@ -24,7 +29,11 @@ pub unsafe extern "C" fn ferrax_lapack_register(name: *const c_char, function: *
 /// # Safety
 /// `path` must be a NUL-terminated string; `error` null or writable for `error_len` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn ferrax_lapack_load_library(path: *const c_char, error: *mut c_char, error_len: usize) -> c_int {
+pub unsafe extern "C" fn ferrax_lapack_load_library(
+    path: *const c_char,
+    error: *mut c_char,
+    error_len: usize,
+) -> c_int {
     let outcome = if path.is_null() {
         Err("null path".to_string())
     } else {

@@ -27,8 +27,16 @@ macro_rules! targets {
 }
 
 targets!(
-    (ops::threefry::TARGET, "cpu", ops::threefry::ferrax_cpu_threefry2x32),
-    (ops::pivots::TARGET, "cpu", ops::pivots::ferrax_cpu_lu_pivots_to_permutation),
+    (
+        ops::threefry::TARGET,
+        "cpu",
+        ops::threefry::ferrax_cpu_threefry2x32
+    ),
+    (
+        ops::pivots::TARGET,
+        "cpu",
+        ops::pivots::ferrax_cpu_lu_pivots_to_permutation
+    ),
     (ops::getrf::TARGET, "cpu", ops::getrf::ferrax_cpu_getrf),
 );
 

@@ -8,8 +8,15 @@ use std::fmt;
 /// One attribute as XLA sent it.
 #[derive(Clone, Copy)]
 pub enum Attr<'a> {
-    Scalar { dtype: DataType, value: *const u8 },
-    Array { dtype: DataType, len: usize, data: *const u8 },
+    Scalar {
+        dtype: DataType,
+        value: *const u8,
+    },
+    Array {
+        dtype: DataType,
+        len: usize,
+        data: *const u8,
+    },
     String(&'a str),
     Dictionary(Attrs<'a>),
     Unknown(i32),
@@ -65,11 +72,18 @@ impl<'a> Attrs<'a> {
             match kind {
                 XLA_FFI_AttrType_SCALAR => {
                     let s = &*(ptr as *const XLA_FFI_Scalar);
-                    Attr::Scalar { dtype: DataType::from_raw(s.dtype), value: s.value.cast() }
+                    Attr::Scalar {
+                        dtype: DataType::from_raw(s.dtype),
+                        value: s.value.cast(),
+                    }
                 }
                 XLA_FFI_AttrType_ARRAY => {
                     let a = &*(ptr as *const XLA_FFI_Array);
-                    Attr::Array { dtype: DataType::from_raw(a.dtype), len: a.size, data: a.data.cast() }
+                    Attr::Array {
+                        dtype: DataType::from_raw(a.dtype),
+                        len: a.size,
+                        data: a.data.cast(),
+                    }
                 }
                 XLA_FFI_AttrType_STRING => {
                     let s = &*(ptr as *const XLA_FFI_ByteSpan);
@@ -92,16 +106,20 @@ impl<'a> Attrs<'a> {
     }
 
     pub fn get(&self, name: &str) -> Option<Attr<'a>> {
-        (0..self.len()).find(|&i| self.name(i) == name).map(|i| self.get_index(i))
+        (0..self.len())
+            .find(|&i| self.name(i) == name)
+            .map(|i| self.get_index(i))
     }
 
     /// Decodes attribute `name` as `T`; the error says what was expected and what came.
     pub fn decode<T: FromAttr<'a>>(&self, name: &str) -> Result<T, String> {
         match self.get(name) {
-            None => Err(format!("missing attribute '{name}' (expected {})", T::EXPECTED)),
-            Some(attr) => T::from_attr(attr).ok_or_else(|| {
-                format!("attribute '{name}': expected {}, got {attr}", T::EXPECTED)
-            }),
+            None => Err(format!(
+                "missing attribute '{name}' (expected {})",
+                T::EXPECTED
+            )),
+            Some(attr) => T::from_attr(attr)
+                .ok_or_else(|| format!("attribute '{name}': expected {}, got {attr}", T::EXPECTED)),
         }
     }
 }

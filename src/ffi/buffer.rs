@@ -42,13 +42,22 @@ impl<'a> Buffer<'a> {
     pub(crate) unsafe fn from_raw(raw: &'a XLA_FFI_Buffer, operand: Operand) -> Result<Self> {
         let rank = usize::try_from(raw.rank)
             .map_err(|_| Error::internal(format!("{operand}: negative rank {}", raw.rank)))?;
-        let dims = if rank == 0 { &[][..] } else { std::slice::from_raw_parts(raw.dims, rank) };
+        let dims = if rank == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(raw.dims, rank)
+        };
         if let Some(d) = dims.iter().find(|&&d| d < 0) {
             return Err(Error::invalid_argument(format!(
                 "{operand}: dynamic or negative dimension {d} in {dims:?}"
             )));
         }
-        Ok(Buffer { operand, dtype: DataType::from_raw(raw.dtype), data: raw.data.cast(), dims })
+        Ok(Buffer {
+            operand,
+            dtype: DataType::from_raw(raw.dtype),
+            data: raw.data.cast(),
+            dims,
+        })
     }
 
     pub fn dtype(&self) -> DataType {
@@ -86,7 +95,10 @@ impl<'a> Buffer<'a> {
         if self.rank() >= min_rank {
             Ok(())
         } else {
-            Err(self.mismatch(format!("rank >= {min_rank}"), format!("shape {:?}", self.dims)))
+            Err(self.mismatch(
+                format!("rank >= {min_rank}"),
+                format!("shape {:?}", self.dims),
+            ))
         }
     }
 
@@ -94,7 +106,10 @@ impl<'a> Buffer<'a> {
         if self.dims == expected {
             Ok(())
         } else {
-            Err(self.mismatch(format!("shape {expected:?}"), format!("shape {:?}", self.dims)))
+            Err(self.mismatch(
+                format!("shape {expected:?}"),
+                format!("shape {:?}", self.dims),
+            ))
         }
     }
 
@@ -110,7 +125,11 @@ impl<'a> Buffer<'a> {
     pub unsafe fn as_slice<T: NativeType>(&self) -> Result<&'a [T]> {
         self.expect_dtype(T::DTYPE)?;
         let len = self.element_count()?;
-        Ok(if len == 0 { &[] } else { std::slice::from_raw_parts(self.data.cast(), len) })
+        Ok(if len == 0 {
+            &[]
+        } else {
+            std::slice::from_raw_parts(self.data.cast(), len)
+        })
     }
 
     /// The data as `&mut [T]` after checking the dtype.
@@ -121,7 +140,11 @@ impl<'a> Buffer<'a> {
     pub unsafe fn as_mut_slice<T: NativeType>(&self) -> Result<&'a mut [T]> {
         self.expect_dtype(T::DTYPE)?;
         let len = self.element_count()?;
-        Ok(if len == 0 { &mut [] } else { std::slice::from_raw_parts_mut(self.data.cast(), len) })
+        Ok(if len == 0 {
+            &mut []
+        } else {
+            std::slice::from_raw_parts_mut(self.data.cast(), len)
+        })
     }
 
     /// Copies `self` (an argument) into `dst` (a result) unless XLA already made them the same
@@ -129,13 +152,19 @@ impl<'a> Buffer<'a> {
     pub fn copy_into(&self, dst: &Buffer<'_>) -> Result<()> {
         if self.dtype != dst.dtype || self.dims != dst.dims {
             return Err(dst.mismatch(
-                format!("dtype {} and shape {:?} (as {})", self.dtype, self.dims, self.operand),
+                format!(
+                    "dtype {} and shape {:?} (as {})",
+                    self.dtype, self.dims, self.operand
+                ),
                 format!("dtype {} and shape {:?}", dst.dtype, dst.dims),
             ));
         }
-        let bytes = self.element_count()?.checked_mul(self.dtype_size()?).ok_or_else(|| {
-            Error::invalid_argument(format!("{}: byte size overflows", self.operand))
-        })?;
+        let bytes = self
+            .element_count()?
+            .checked_mul(self.dtype_size()?)
+            .ok_or_else(|| {
+                Error::invalid_argument(format!("{}: byte size overflows", self.operand))
+            })?;
         if bytes > 0 && self.data != dst.data {
             // SAFETY: distinct XLA buffers of `bytes` bytes each never overlap partially.
             unsafe { std::ptr::copy_nonoverlapping(self.data, dst.data, bytes) };
@@ -161,7 +190,8 @@ impl<'a> Buffer<'a> {
 }
 
 pub fn checked_product(dims: &[i64]) -> Option<usize> {
-    dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
 }
 
 /// A batch of matrices `[..., m, n]` seen as `(batch, m, n)`.
@@ -178,7 +208,10 @@ impl MatrixBatch {
         let dims = buffer.dims();
         let (batch_dims, matrix) = dims.split_at(dims.len() - 2);
         let batch = checked_product(batch_dims).ok_or_else(|| {
-            buffer.mismatch("a batch size that fits in memory".into(), format!("{dims:?}"))
+            buffer.mismatch(
+                "a batch size that fits in memory".into(),
+                format!("{dims:?}"),
+            )
         })?;
         buffer.element_count()?;
         Ok(MatrixBatch {

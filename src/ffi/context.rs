@@ -54,7 +54,11 @@ impl FromContext<'_> for DeviceOrdinal {
             ctx: call.raw_ctx(),
             device_ordinal: 0,
         };
-        call.api_call("device ordinal", call.api().XLA_FFI_DeviceOrdinal_Get, &mut args)?;
+        call.api_call(
+            "device ordinal",
+            call.api().XLA_FFI_DeviceOrdinal_Get,
+            &mut args,
+        )?;
         Ok(DeviceOrdinal(args.device_ordinal))
     }
 }
@@ -85,7 +89,10 @@ pub struct ScratchAllocator<'a> {
 
 impl<'a> FromContext<'a> for ScratchAllocator<'a> {
     fn from_context(call: &CallFrame<'a>) -> Result<Self> {
-        Ok(ScratchAllocator { call: *call, live: RefCell::new(Vec::new()) })
+        Ok(ScratchAllocator {
+            call: *call,
+            live: RefCell::new(Vec::new()),
+        })
     }
 }
 
@@ -182,7 +189,10 @@ impl ParallelState {
             let outcome = catch_unwind(AssertUnwindSafe(|| body(index)))
                 .unwrap_or_else(|panic| Err(super::handler::panic_error(panic)));
             if let Err(error) = outcome {
-                self.first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(error);
+                self.first_error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(error);
             }
             let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
             *done += 1;
@@ -209,7 +219,11 @@ impl ThreadPool<'_> {
             ctx: self.call.raw_ctx(),
             num_threads: &mut n,
         };
-        match self.call.api_call("thread pool size", self.call.api().XLA_FFI_ThreadPool_NumThreads, &mut args) {
+        match self.call.api_call(
+            "thread pool size",
+            self.call.api().XLA_FFI_ThreadPool_NumThreads,
+            &mut args,
+        ) {
             Ok(()) if n > 0 => n as usize,
             _ => 1,
         }
@@ -217,7 +231,11 @@ impl ThreadPool<'_> {
 
     /// Runs `body(0..tasks)` on the pool and the calling thread; returns the first error (or
     /// panic, as an internal error) once every task has finished.
-    pub fn parallel_for(&self, tasks: usize, body: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
+    pub fn parallel_for(
+        &self,
+        tasks: usize,
+        body: &(dyn Fn(usize) -> Result<()> + Sync),
+    ) -> Result<()> {
         if tasks == 0 {
             return Ok(());
         }
@@ -247,7 +265,11 @@ impl ThreadPool<'_> {
             };
             if self
                 .call
-                .api_call("thread pool schedule", self.call.api().XLA_FFI_ThreadPool_Schedule, &mut args)
+                .api_call(
+                    "thread pool schedule",
+                    self.call.api().XLA_FFI_ThreadPool_Schedule,
+                    &mut args,
+                )
                 .is_err()
             {
                 // No pool: reclaim the reference and let the calling thread do the work.
@@ -262,7 +284,11 @@ impl ThreadPool<'_> {
             done = state.all_done.wait(done).unwrap_or_else(|e| e.into_inner());
         }
         drop(done);
-        let error = state.first_error.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let error = state
+            .first_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         error.map_or(Ok(()), Err)
     }
 

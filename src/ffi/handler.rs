@@ -48,22 +48,50 @@ impl<'a> CallFrame<'a> {
     }
 
     pub fn arg(&self, index: usize) -> Result<Buffer<'a>> {
-        let operand = Operand::Arg { index, name: self.signature.args[index] };
+        let operand = Operand::Arg {
+            index,
+            name: self.signature.args[index],
+        };
         let args = &self.frame.args;
         // SAFETY: the count was checked against the signature in `invoke`.
-        unsafe { self.buffer(*args.types.add(index), XLA_FFI_ArgType_BUFFER, *args.args.add(index), operand) }
+        unsafe {
+            self.buffer(
+                *args.types.add(index),
+                XLA_FFI_ArgType_BUFFER,
+                *args.args.add(index),
+                operand,
+            )
+        }
     }
 
     pub fn ret(&self, index: usize) -> Result<Buffer<'a>> {
-        let operand = Operand::Ret { index, name: self.signature.rets[index] };
+        let operand = Operand::Ret {
+            index,
+            name: self.signature.rets[index],
+        };
         let rets = &self.frame.rets;
         // SAFETY: as in `arg`.
-        unsafe { self.buffer(*rets.types.add(index), XLA_FFI_RetType_BUFFER, *rets.rets.add(index), operand) }
+        unsafe {
+            self.buffer(
+                *rets.types.add(index),
+                XLA_FFI_RetType_BUFFER,
+                *rets.rets.add(index),
+                operand,
+            )
+        }
     }
 
-    unsafe fn buffer(&self, kind: i32, expected: i32, raw: *mut std::ffi::c_void, operand: Operand) -> Result<Buffer<'a>> {
+    unsafe fn buffer(
+        &self,
+        kind: i32,
+        expected: i32,
+        raw: *mut std::ffi::c_void,
+        operand: Operand,
+    ) -> Result<Buffer<'a>> {
         if kind != expected || raw.is_null() {
-            return Err(Error::invalid_argument(format!("{operand}: expected a buffer, got kind {kind}")));
+            return Err(Error::invalid_argument(format!(
+                "{operand}: expected a buffer, got kind {kind}"
+            )));
         }
         Buffer::from_raw(&*(raw as *const XLA_FFI_Buffer), operand)
     }
@@ -79,14 +107,18 @@ impl<'a> CallFrame<'a> {
         function: Option<unsafe extern "C" fn(*mut A) -> *mut XLA_FFI_Error>,
         args: &mut A,
     ) -> Result<()> {
-        let function = function.ok_or_else(|| Error::unimplemented(format!("XLA does not provide {what}")))?;
+        let function =
+            function.ok_or_else(|| Error::unimplemented(format!("XLA does not provide {what}")))?;
         // SAFETY: `args` is the argument struct this API function expects.
         let error = unsafe { function(args) };
         if error.is_null() {
             return Ok(());
         }
         let message = unsafe { take_error_message(self.api, error) };
-        Err(Error::new(ErrorCode::FailedPrecondition, format!("{what}: {message}")))
+        Err(Error::new(
+            ErrorCode::FailedPrecondition,
+            format!("{what}: {message}"),
+        ))
     }
 }
 
@@ -103,7 +135,9 @@ unsafe fn take_error_message(api: &XLA_FFI_Api, error: *mut XLA_FFI_Error) -> St
         };
         get(&mut args);
         if !args.message.is_null() {
-            message = std::ffi::CStr::from_ptr(args.message).to_string_lossy().into_owned();
+            message = std::ffi::CStr::from_ptr(args.message)
+                .to_string_lossy()
+                .into_owned();
         }
     }
     if let Some(destroy) = api.XLA_FFI_Error_Destroy {
@@ -148,7 +182,9 @@ unsafe fn answer_metadata(frame: &XLA_FFI_CallFrame, traits: XLA_FFI_Handler_Tra
 }
 
 fn create_error(api: &XLA_FFI_Api, error: &Error) -> *mut XLA_FFI_Error {
-    let Some(create) = api.XLA_FFI_Error_Create else { return ptr::null_mut() };
+    let Some(create) = api.XLA_FFI_Error_Create else {
+        return ptr::null_mut();
+    };
     let message = CString::new(error.message.replace('\0', " ")).unwrap_or_default();
     let mut args = XLA_FFI_Error_Create_Args {
         struct_size: XLA_FFI_Error_Create_Args_STRUCT_SIZE,
@@ -168,7 +204,10 @@ fn check_frame(frame: &XLA_FFI_CallFrame, signature: &Signature) -> Result<()> {
         )));
     }
     if frame.stage != XLA_FFI_ExecutionStage_EXECUTE {
-        return Err(Error::internal(format!("execute handler called in stage {}", frame.stage)));
+        return Err(Error::internal(format!(
+            "execute handler called in stage {}",
+            frame.stage
+        )));
     }
     let counts = [
         ("operands", frame.args.size, signature.args),
@@ -184,7 +223,10 @@ fn check_frame(frame: &XLA_FFI_CallFrame, signature: &Signature) -> Result<()> {
         }
     }
     let attrs = unsafe { Attrs::from_raw(&frame.attrs) };
-    if let Some(unexpected) = (0..attrs.len()).map(|i| attrs.name(i)).find(|n| !signature.attrs.contains(n)) {
+    if let Some(unexpected) = (0..attrs.len())
+        .map(|i| attrs.name(i))
+        .find(|n| !signature.attrs.contains(n))
+    {
         return Err(Error::invalid_argument(format!(
             "unexpected attribute '{unexpected}' (expected attributes: [{}])",
             signature.attrs.join(", ")
@@ -203,13 +245,22 @@ pub unsafe fn invoke(
     signature: &Signature,
     body: impl FnOnce(&CallFrame<'_>) -> Result<()>,
 ) -> *mut XLA_FFI_Error {
-    let Some(frame) = frame.as_ref() else { return ptr::null_mut() };
+    let Some(frame) = frame.as_ref() else {
+        return ptr::null_mut();
+    };
     if answer_metadata(frame, signature.traits) {
         return ptr::null_mut();
     }
     // Without an API table no error can be created; XLA always passes one when executing.
-    let Some(api) = frame.api.as_ref() else { return ptr::null_mut() };
-    let call = CallFrame { frame, api, signature, _not_send: PhantomData };
+    let Some(api) = frame.api.as_ref() else {
+        return ptr::null_mut();
+    };
+    let call = CallFrame {
+        frame,
+        api,
+        signature,
+        _not_send: PhantomData,
+    };
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         check_frame(frame, signature)?;
         body(&call)

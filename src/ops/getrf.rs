@@ -23,7 +23,13 @@ ffi_handler! {
     body = getrf_cpu;
 }
 
-fn getrf_cpu(pool: ThreadPool<'_>, a: Buffer<'_>, lu: Buffer<'_>, ipiv: Buffer<'_>, info: Buffer<'_>) -> Result<()> {
+fn getrf_cpu(
+    pool: ThreadPool<'_>,
+    a: Buffer<'_>,
+    lu: Buffer<'_>,
+    ipiv: Buffer<'_>,
+    info: Buffer<'_>,
+) -> Result<()> {
     match a.dtype() {
         DataType::F32 => getrf_typed::<f32>(pool, a, lu, ipiv, info),
         DataType::F64 => getrf_typed::<f64>(pool, a, lu, ipiv, info),
@@ -55,14 +61,33 @@ fn getrf_typed<T: NativeType + Lapack>(
     }
     let getrf = T::getrf().map_err(|missing| Error::failed_precondition(missing.to_string()))?;
     // SAFETY: `a` is no longer read; the results are distinct buffers.
-    let (lu, ipiv, info) = unsafe { (lu.as_mut_slice::<T>()?, ipiv.as_mut_slice::<i32>()?, info.as_mut_slice::<i32>()?) };
-    let (lu, ipiv, info) = (SharedMut(lu.as_mut_ptr()), SharedMut(ipiv.as_mut_ptr()), SharedMut(info.as_mut_ptr()));
+    let (lu, ipiv, info) = unsafe {
+        (
+            lu.as_mut_slice::<T>()?,
+            ipiv.as_mut_slice::<i32>()?,
+            info.as_mut_slice::<i32>()?,
+        )
+    };
+    let (lu, ipiv, info) = (
+        SharedMut(lu.as_mut_ptr()),
+        SharedMut(ipiv.as_mut_ptr()),
+        SharedMut(info.as_mut_ptr()),
+    );
     let matrix_len = shape.matrix_len();
     let flops = (shape.rows * shape.cols * k.max(1)).max(1);
     for_each_parallel(&pool, shape.batch, flops, &|b| {
         // SAFETY: matrix `b` of each result is written by this task alone; LAPACK reads and
         // writes exactly `lda * n` elements, `min(m, n)` pivots and one info.
-        unsafe { getrf(&m, &n, lu.at(b * matrix_len), &lda, ipiv.at(b * k), info.at(b)) };
+        unsafe {
+            getrf(
+                &m,
+                &n,
+                lu.at(b * matrix_len),
+                &lda,
+                ipiv.at(b * k),
+                info.at(b),
+            )
+        };
         Ok(())
     })
 }

@@ -38,7 +38,9 @@ pub(crate) fn for_each_parallel(
     per_item: &(dyn Fn(usize) -> Result<()> + Sync),
 ) -> Result<()> {
     let min_chunk = MIN_FLOPS_PER_TASK.div_ceil(flops_per_item.max(1));
-    pool.parallel_chunks(items, min_chunk, &|range| range.into_iter().try_for_each(per_item))
+    pool.parallel_chunks(items, min_chunk, &|range| {
+        range.into_iter().try_for_each(per_item)
+    })
 }
 
 /// A dimension as LAPACK's 32-bit integer, or an error naming the operand.

@@ -22,13 +22,17 @@ fn pivots_cpu(pool: ThreadPool<'_>, pivots: Buffer<'_>, permutation: Buffer<'_>)
     permutation.expect_dtype(DataType::S32)?;
     pivots.expect_rank_at_least(1)?;
     let (batch_dims, k) = pivots.dims().split_at(pivots.rank() - 1);
-    if permutation.rank() != pivots.rank() || &permutation.dims()[..batch_dims.len()] != batch_dims {
+    if permutation.rank() != pivots.rank() || &permutation.dims()[..batch_dims.len()] != batch_dims
+    {
         return Err(permutation.mismatch(
             format!("shape {batch_dims:?} + [permutation_size]"),
             format!("shape {:?}", permutation.dims()),
         ));
     }
-    let (k, p) = (k[0] as usize, *permutation.dims().last().unwrap_or(&0) as usize);
+    let (k, p) = (
+        k[0] as usize,
+        *permutation.dims().last().unwrap_or(&0) as usize,
+    );
     if p < k {
         return Err(permutation.mismatch(
             format!("permutation_size >= {k} (the number of pivots)"),
@@ -36,7 +40,12 @@ fn pivots_cpu(pool: ThreadPool<'_>, pivots: Buffer<'_>, permutation: Buffer<'_>)
         ));
     }
     // SAFETY: the result is distinct from the argument.
-    let (pivots, permutation) = unsafe { (pivots.as_slice::<i32>()?, permutation.as_mut_slice::<i32>()?) };
+    let (pivots, permutation) = unsafe {
+        (
+            pivots.as_slice::<i32>()?,
+            permutation.as_mut_slice::<i32>()?,
+        )
+    };
     if p == 0 {
         return Ok(());
     }

@@ -50,7 +50,10 @@ fn threefry_cpu(
         )
     };
     let n = y0.len();
-    let (y0, y1) = (crate::ops::SharedMut(y0.as_mut_ptr()), crate::ops::SharedMut(y1.as_mut_ptr()));
+    let (y0, y1) = (
+        crate::ops::SharedMut(y0.as_mut_ptr()),
+        crate::ops::SharedMut(y1.as_mut_ptr()),
+    );
     pool.parallel_chunks(n, ELEMENTS_PER_TASK, &|range| {
         // SAFETY: chunks are disjoint ranges of the outputs.
         let (o0, o1) = unsafe {
@@ -59,7 +62,14 @@ fn threefry_cpu(
                 std::slice::from_raw_parts_mut(y1.at(range.start), range.len()),
             )
         };
-        hash(&k0[range.clone()], &k1[range.clone()], &a[range.clone()], &b[range], o0, o1);
+        hash(
+            &k0[range.clone()],
+            &k1[range.clone()],
+            &a[range.clone()],
+            &b[range],
+            o0,
+            o1,
+        );
         Ok(())
     })
 }
@@ -76,6 +86,13 @@ fn hash(k0: &[u32], k1: &[u32], x0: &[u32], x1: &[u32], y0: &mut [u32], y1: &mut
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn hash_avx2(k0: &[u32], k1: &[u32], x0: &[u32], x1: &[u32], y0: &mut [u32], y1: &mut [u32]) {
+unsafe fn hash_avx2(
+    k0: &[u32],
+    k1: &[u32],
+    x0: &[u32],
+    x1: &[u32],
+    y0: &mut [u32],
+    y1: &mut [u32],
+) {
     ferrax_kernels::threefry::threefry2x32_slices(k0, k1, x0, x1, y0, y1)
 }
