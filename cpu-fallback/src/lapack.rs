@@ -15,48 +15,101 @@ type I = LapackInt;
 pub type Real<T> = <T as Lapack>::Real;
 
 macro_rules! families {
-    ($(
-        $(#[$doc:meta])*
-        $method:ident: $family:ident<$T:ident>($($arg:ident: $ty:ty),* $(,)?)
-            = [$f32:literal, $f64:literal, $c64:literal, $c128:literal];
-    )*) => {
+    (
+        all { $($(#[$all_doc:meta])* $all_method:ident: $all_family:ident<$all_t:ident>($($all_arg:ident: $all_ty:ty),* $(,)?)
+            = [$all_s:literal, $all_d:literal, $all_c:literal, $all_z:literal];)* }
+        real { $($(#[$re_doc:meta])* $re_method:ident: $re_family:ident<$re_t:ident>($($re_arg:ident: $re_ty:ty),* $(,)?)
+            = [$re_s:literal, $re_d:literal];)* }
+        complex { $($(#[$cx_doc:meta])* $cx_method:ident: $cx_family:ident<$cx_t:ident>($($cx_arg:ident: $cx_ty:ty),* $(,)?)
+            = [$cx_c:literal, $cx_z:literal];)* }
+    ) => {
         /// Every routine the handlers call, by LAPACK/BLAS name (lower case, no underscore).
-        pub const ROUTINES: [&str; 4 * [$(stringify!($family)),*].len()] = [$($f32, $f64, $c64, $c128),*];
+        pub const ROUTINES: &[&str] = &[
+            $($all_s, $all_d, $all_c, $all_z,)* $($re_s, $re_d,)* $($cx_c, $cx_z,)*
+        ];
 
-        $(
-            $(#[$doc])*
-            pub type $family<$T> = unsafe extern "C" fn($($arg: $ty),*);
-        )*
+        $($(#[$all_doc])* pub type $all_family<$all_t> = unsafe extern "C" fn($($all_arg: $all_ty),*);)*
+        $($(#[$re_doc])* pub type $re_family<$re_t> = unsafe extern "C" fn($($re_arg: $re_ty),*);)*
+        $($(#[$cx_doc])* pub type $cx_family<$cx_t> = unsafe extern "C" fn($($cx_arg: $cx_ty),*);)*
 
         /// Scalars LAPACK works on (s, d, c, z), with their routines looked up in the table.
         pub trait Lapack: Copy + Send + Sync + 'static {
             type Real: Copy + Send + Sync + 'static;
-            $(fn $method() -> Result<$family<Self>, Missing>;)*
+            $(fn $all_method() -> Result<$all_family<Self>, Missing>;)*
+        }
+        /// Routines that exist for real scalars only (their complex twins take other arguments).
+        pub trait RealLapack: Lapack {
+            $(fn $re_method() -> Result<$re_family<Self>, Missing>;)*
+        }
+        /// Routines that exist for complex scalars only.
+        pub trait ComplexLapack: Lapack {
+            $(fn $cx_method() -> Result<$cx_family<Self>, Missing>;)*
         }
 
-        families!(@impl f32, f32, 0, $($method $family [$f32, $f64, $c64, $c128])*);
-        families!(@impl f64, f64, 1, $($method $family [$f32, $f64, $c64, $c128])*);
-        families!(@impl Complex<f32>, f32, 2, $($method $family [$f32, $f64, $c64, $c128])*);
-        families!(@impl Complex<f64>, f64, 3, $($method $family [$f32, $f64, $c64, $c128])*);
+        impl Lapack for f32 { type Real = f32; families!(@fns $($all_method $all_family $all_s)*); }
+        impl Lapack for f64 { type Real = f64; families!(@fns $($all_method $all_family $all_d)*); }
+        impl Lapack for Complex<f32> { type Real = f32; families!(@fns $($all_method $all_family $all_c)*); }
+        impl Lapack for Complex<f64> { type Real = f64; families!(@fns $($all_method $all_family $all_z)*); }
+        impl RealLapack for f32 { families!(@fns $($re_method $re_family $re_s)*); }
+        impl RealLapack for f64 { families!(@fns $($re_method $re_family $re_d)*); }
+        impl ComplexLapack for Complex<f32> { families!(@fns $($cx_method $cx_family $cx_c)*); }
+        impl ComplexLapack for Complex<f64> { families!(@fns $($cx_method $cx_family $cx_z)*); }
     };
-    (@impl $t:ty, $real:ty, $index:tt, $($method:ident $family:ident [$($name:literal),*])*) => {
-        impl Lapack for $t {
-            type Real = $real;
-            $(
-                fn $method() -> Result<$family<Self>, Missing> {
-                    let name = [$($name),*][$index];
-                    // SAFETY: the slot holds this routine for this scalar (see `register`).
-                    get(name).map(|p| unsafe {
-                        std::mem::transmute::<*mut std::ffi::c_void, $family<Self>>(p)
-                    })
-                }
-            )*
+    (@fns $($method:ident $family:ident $name:literal)*) => {$(
+        fn $method() -> Result<$family<Self>, Missing> {
+            // SAFETY: the slot holds this routine for this scalar (see `register`).
+            get($name).map(|p| unsafe { std::mem::transmute::<*mut std::ffi::c_void, $family<Self>>(p) })
         }
-    };
+    )*};
 }
 
+type C = std::ffi::c_char;
+
 families! {
-    /// `?getrf`: LU with partial pivoting.
-    getrf: Getrf<T>(m: *const I, n: *const I, a: *mut T, lda: *const I, ipiv: *mut I, info: *mut I)
-        = ["sgetrf", "dgetrf", "cgetrf", "zgetrf"];
+    all {
+        /// `?getrf`: LU with partial pivoting.
+        getrf: Getrf<T>(m: *const I, n: *const I, a: *mut T, lda: *const I, ipiv: *mut I, info: *mut I)
+            = ["sgetrf", "dgetrf", "cgetrf", "zgetrf"];
+        /// `?potrf`: Cholesky factorization.
+        potrf: Potrf<T>(uplo: *const C, n: *const I, a: *mut T, lda: *const I, info: *mut I)
+            = ["spotrf", "dpotrf", "cpotrf", "zpotrf"];
+        /// `?geqrf`: Householder QR.
+        geqrf: Geqrf<T>(m: *const I, n: *const I, a: *mut T, lda: *const I, tau: *mut T,
+                        work: *mut T, lwork: *const I, info: *mut I)
+            = ["sgeqrf", "dgeqrf", "cgeqrf", "zgeqrf"];
+        /// `?orgqr` / `?ungqr`: forms Q from Householder reflectors.
+        orgqr: Orgqr<T>(m: *const I, n: *const I, k: *const I, a: *mut T, lda: *const I,
+                        tau: *const T, work: *mut T, lwork: *const I, info: *mut I)
+            = ["sorgqr", "dorgqr", "cungqr", "zungqr"];
+        /// BLAS `?trsm`: triangular solve with multiple right-hand sides.
+        trsm: Trsm<T>(side: *const C, uplo: *const C, transa: *const C, diag: *const C,
+                      m: *const I, n: *const I, alpha: *const T, a: *const T, lda: *const I,
+                      b: *mut T, ldb: *const I)
+            = ["strsm", "dtrsm", "ctrsm", "ztrsm"];
+    }
+    real {
+        /// `?syevd`: symmetric eigendecomposition, divide and conquer.
+        syevd: Syevd<T>(jobz: *const C, uplo: *const C, n: *const I, a: *mut T, lda: *const I,
+                        w: *mut T, work: *mut T, lwork: *const I, iwork: *mut I,
+                        liwork: *const I, info: *mut I)
+            = ["ssyevd", "dsyevd"];
+        /// `?gesdd` (real): SVD, divide and conquer.
+        gesdd: GesddReal<T>(jobz: *const C, m: *const I, n: *const I, a: *mut T, lda: *const I,
+                            s: *mut T, u: *mut T, ldu: *const I, vt: *mut T, ldvt: *const I,
+                            work: *mut T, lwork: *const I, iwork: *mut I, info: *mut I)
+            = ["sgesdd", "dgesdd"];
+    }
+    complex {
+        /// `?heevd`: Hermitian eigendecomposition, divide and conquer.
+        heevd: Heevd<T>(jobz: *const C, uplo: *const C, n: *const I, a: *mut T, lda: *const I,
+                        w: *mut Real<T>, work: *mut T, lwork: *const I, rwork: *mut Real<T>,
+                        lrwork: *const I, iwork: *mut I, liwork: *const I, info: *mut I)
+            = ["cheevd", "zheevd"];
+        /// `?gesdd` (complex): SVD, divide and conquer.
+        gesdd: GesddComplex<T>(jobz: *const C, m: *const I, n: *const I, a: *mut T,
+                               lda: *const I, s: *mut Real<T>, u: *mut T, ldu: *const I,
+                               vt: *mut T, ldvt: *const I, work: *mut T, lwork: *const I,
+                               rwork: *mut Real<T>, iwork: *mut I, info: *mut I)
+            = ["cgesdd", "zgesdd"];
+    }
 }

@@ -26,7 +26,10 @@ _lock = threading.Lock()
 _saved: dict | None = None
 
 #: jaxlib's LAPACK function base name -> the ferrax target with the same contract.
-_LAPACK_TARGETS = {"getrf_ffi": _primitives.GETRF}
+_LAPACK_TARGETS = {
+    "getrf_ffi": _primitives.GETRF,
+    "potrf_ffi": "ferrax_potrf",
+}
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 
 

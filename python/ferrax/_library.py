@@ -77,12 +77,14 @@ def _capsule_pointer(capsule) -> tuple[str, int]:
 
 
 def fill_lapack_from_scipy() -> int:
-    """Registers SciPy's LAPACK routines in the library's table; returns how many it took."""
-    from scipy.linalg import cython_lapack
+    """Registers SciPy's LAPACK and BLAS routines in the library's table; returns how many it
+    took."""
+    from scipy.linalg import cython_blas, cython_lapack
 
     lib = library()
     taken = 0
-    for routine, capsule in cython_lapack.__pyx_capi__.items():
+    capsules = {**cython_blas.__pyx_capi__, **cython_lapack.__pyx_capi__}
+    for routine, capsule in capsules.items():
         signature, pointer = _capsule_pointer(capsule)
         # The table expects LP64 (32-bit int) routines; an ILP64 SciPy build uses int64.
         if "int64" in signature or "long" in signature:

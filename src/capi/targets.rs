@@ -38,6 +38,7 @@ targets!(
         ops::pivots::ferrax_cpu_lu_pivots_to_permutation
     ),
     (ops::getrf::TARGET, "cpu", ops::getrf::ferrax_cpu_getrf),
+    (ops::potrf::TARGET, "cpu", ops::potrf::ferrax_cpu_potrf),
 );
 
 /// Returns the target table and writes its length to `count`.

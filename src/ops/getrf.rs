@@ -2,9 +2,9 @@
 //! `lapack_?getrf_ffi` / `cusolver_getrf_ffi`: column-major `[..., m, n]` in, packed LU
 //! (aliasing the input), 1-based S32 pivots `[..., min(m, n)]` and S32 `info` `[...]` out.
 
-use crate::ffi::{Buffer, DataType, Error, MatrixBatch, NativeType, Result, ThreadPool};
+use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, ThreadPool};
 use crate::ffi_handler;
-use crate::ops::{for_each_parallel, lapack_dim, SharedMut};
+use crate::ops::{for_each_parallel, lapack_dim, routine, SharedMut};
 use ferrax_cpu_fallback::Lapack;
 use num_complex::Complex;
 use std::ffi::CStr;
@@ -59,7 +59,7 @@ fn getrf_typed<T: NativeType + Lapack>(
     if shape.batch == 0 {
         return Ok(());
     }
-    let getrf = T::getrf().map_err(|missing| Error::failed_precondition(missing.to_string()))?;
+    let getrf = routine(T::getrf())?;
     // SAFETY: `a` is no longer read; the results are distinct buffers.
     let (lu, ipiv, info) = unsafe {
         (

@@ -3,6 +3,7 @@
 
 pub mod getrf;
 pub mod pivots;
+pub mod potrf;
 pub mod threefry;
 
 use crate::ffi::{Error, Result, ThreadPool};
@@ -29,18 +30,53 @@ impl<T> SharedMut<T> {
 /// (the same cut-off jaxlib uses for its LAPACK batch loop).
 const MIN_FLOPS_PER_TASK: usize = 200_000;
 
-/// Runs `per_item(i)` for `i in 0..items` on XLA's thread pool, in chunks of at least
-/// `MIN_FLOPS_PER_TASK` given the cost of one item in flops.
+/// Runs `per_chunk(range)` over `0..items` on XLA's thread pool, in chunks of at least
+/// `MIN_FLOPS_PER_TASK` given the cost of one item in flops. Per-chunk setup (LAPACK
+/// workspace) goes at the top of `per_chunk`.
+pub(crate) fn for_each_chunk(
+    pool: &ThreadPool<'_>,
+    items: usize,
+    flops_per_item: usize,
+    per_chunk: &(dyn Fn(std::ops::Range<usize>) -> Result<()> + Sync),
+) -> Result<()> {
+    let min_chunk = MIN_FLOPS_PER_TASK.div_ceil(flops_per_item.max(1));
+    pool.parallel_chunks(items, min_chunk, per_chunk)
+}
+
+/// [`for_each_chunk`] for work without per-chunk setup.
 pub(crate) fn for_each_parallel(
     pool: &ThreadPool<'_>,
     items: usize,
     flops_per_item: usize,
     per_item: &(dyn Fn(usize) -> Result<()> + Sync),
 ) -> Result<()> {
-    let min_chunk = MIN_FLOPS_PER_TASK.div_ceil(flops_per_item.max(1));
-    pool.parallel_chunks(items, min_chunk, &|range| {
+    for_each_chunk(pool, items, flops_per_item, &|range| {
         range.into_iter().try_for_each(per_item)
     })
+}
+
+/// The LAPACK routine for `T`, or an error that says how to fill the table.
+pub(crate) fn routine<F>(
+    lookup: std::result::Result<F, ferrax_cpu_fallback::Missing>,
+) -> Result<F> {
+    lookup.map_err(|missing| Error::failed_precondition(missing.to_string()))
+}
+
+/// A character attribute (jaxlib passes LAPACK's `uplo`, `side`, ... as u8 ASCII codes),
+/// checked against the letters LAPACK accepts for it.
+pub(crate) fn char_attr(name: &str, value: u8, allowed: &[u8]) -> Result<std::ffi::c_char> {
+    if allowed.contains(&value) {
+        Ok(value as std::ffi::c_char)
+    } else {
+        let allowed: Vec<String> = allowed
+            .iter()
+            .map(|&c| format!("'{}'", c as char))
+            .collect();
+        Err(Error::invalid_argument(format!(
+            "attribute '{name}': expected one of {}, got {value}",
+            allowed.join(", ")
+        )))
+    }
 }
 
 /// A dimension as LAPACK's 32-bit integer, or an error naming the operand.
