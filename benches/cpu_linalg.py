@@ -1,0 +1,126 @@
+"""CPU linear algebra, stock jaxlib vs ferrax, side by side in one process.
+
+For each op, dtype and n, a batch of n×n matrices sized to about 4 MB is timed through jax
+(jitted, median of repeated calls) first with jaxlib's own lowering, then after
+``ferrax.install()``. Prints a table of times and ratios, writes the numbers to
+``benches/results/cpu_linalg.json`` and one PNG plot of the speedup per op.
+
+    python benches/cpu_linalg.py [--quick] [--ops lu,cholesky,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import ferrax
+
+jax.config.update("jax_enable_x64", True)
+
+OPS = {
+    "lu": lambda a: jax.lax.linalg.lu(a),
+    "cholesky": lambda a: jnp.linalg.cholesky(a),
+    "triangular_solve": lambda a: jax.lax.linalg.triangular_solve(a, a, left_side=True, lower=True),
+    "qr": lambda a: jnp.linalg.qr(a),
+    "eigh": lambda a: jnp.linalg.eigh(a),
+    "svd": lambda a: jnp.linalg.svd(a),
+}
+SIZES = (4, 8, 16, 32, 64, 128, 512)
+DTYPES = (np.float32, np.float64, np.complex128)
+BATCH_BYTES = 4 << 20
+
+
+def operand(rng, op, dtype, batch, n):
+    a = rng.standard_normal((batch, n, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        a = a + 1j * rng.standard_normal((batch, n, n))
+    if op in ("cholesky", "eigh"):  # Hermitian positive definite
+        a = a @ np.conj(np.swapaxes(a, -1, -2)) + n * np.eye(n)
+    if op == "triangular_solve":  # well conditioned lower triangle
+        a = a + 2 * n * np.eye(n)
+    return jnp.asarray(a.astype(dtype))
+
+
+def median_ms(fn, arg, repeats):
+    jax.block_until_ready(fn(arg))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(arg))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def measure(op, dtype, n, repeats, rng):
+    batch = max(1, BATCH_BYTES // (n * n * np.dtype(dtype).itemsize))
+    a = operand(rng, op, dtype, batch, n)
+    ferrax.uninstall()
+    stock = median_ms(jax.jit(OPS[op]), a, repeats)
+    ferrax.install()
+    fn = jax.jit(OPS[op])
+    routed = any(t in fn.lower(a).as_text() for t in ferrax.target_names())
+    ours = median_ms(fn, a, repeats)
+    ferrax.uninstall()
+    return {"op": op, "dtype": np.dtype(dtype).name, "n": n, "batch": batch,
+            "jaxlib_ms": stock, "ferrax_ms": ours, "speedup": stock / ours, "routed": routed}
+
+
+def plot(results, directory):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for op in sorted({r["op"] for r in results}):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for dtype in sorted({r["dtype"] for r in results if r["op"] == op}):
+            rows = [r for r in results if r["op"] == op and r["dtype"] == dtype]
+            ax.plot([r["n"] for r in rows], [r["speedup"] for r in rows], marker="o", label=dtype)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("n (batch sized to ~4 MB)")
+        ax.set_ylabel("jaxlib time / ferrax time")
+        ax.set_title(f"CPU {op}: ferrax speedup over jaxlib ({os.cpu_count()} cores)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(directory / f"cpu_{op}.png", dpi=100)
+        plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="n in {8, 64}, f64 only, 3 repeats")
+    parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args(argv)
+    sizes, dtypes, repeats = SIZES, DTYPES, args.repeats
+    if args.quick:
+        sizes, dtypes, repeats = (8, 64), (np.float64,), 3
+    rng = np.random.default_rng()
+    results = [measure(op, dtype, n, repeats, rng)
+               for op in args.ops.split(",") for dtype in dtypes for n in sizes]
+
+    print(f"CPU, {os.cpu_count()} cores, jax {jax.__version__}, median of {repeats} calls (ms)")
+    header = f"{'op':<17} {'dtype':<10} {'n':>4} {'batch':>7} {'jaxlib':>9} {'ferrax':>9} {'speedup':>8}"
+    print(header + "\n" + "-" * len(header))
+    for r in results:
+        note = "" if r["routed"] else "  (not routed to ferrax yet)"
+        print(f"{r['op']:<17} {r['dtype']:<10} {r['n']:>4} {r['batch']:>7} {r['jaxlib_ms']:>9.3f} "
+              f"{r['ferrax_ms']:>9.3f} {r['speedup']:>7.2f}x{note}")
+    directory = pathlib.Path(__file__).resolve().parent / "results"
+    directory.mkdir(exist_ok=True)
+    (directory / "cpu_linalg.json").write_text(json.dumps(results, indent=1))
+    plot(results, directory)
+    print(f"wrote {directory}/cpu_linalg.json and cpu_<op>.png")
+
+
+if __name__ == "__main__":
+    main()
