@@ -39,6 +39,7 @@ targets!(
     ),
     (ops::getrf::TARGET, "cpu", ops::getrf::ferrax_cpu_getrf),
     (ops::potrf::TARGET, "cpu", ops::potrf::ferrax_cpu_potrf),
+    (ops::trsm::TARGET, "cpu", ops::trsm::ferrax_cpu_trsm),
 );
 
 /// Returns the target table and writes its length to `count`.

@@ -5,6 +5,7 @@ pub mod getrf;
 pub mod pivots;
 pub mod potrf;
 pub mod threefry;
+pub mod trsm;
 
 use crate::ffi::{Error, Result, ThreadPool};
 

@@ -1,0 +1,136 @@
+//! `trsm`: triangular solve with multiple right-hand sides (BLAS `?trsm`, alpha = 1), jaxlib's
+//! `lapack_?trsm_ffi` contract: column-major triangular `x` `[..., k, k]` (`k = m` for side
+//! 'L', `n` for side 'R') and right-hand sides `y` `[..., m, n]` in, the solution `y_out`
+//! `[..., m, n]` (aliasing `y`) out. Attributes, u8 ASCII: `side` 'L'/'R', `uplo` 'L'/'U',
+//! `trans_x` 'N'/'T'/'C', `diag` 'N'/'U'. No `info`: BLAS does not report singular `x`.
+
+use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, ThreadPool};
+use crate::ffi_handler;
+use crate::ops::{char_attr, for_each_parallel, lapack_dim, routine, SharedMut};
+use ferrax_cpu_fallback::Lapack;
+use num_complex::Complex;
+use std::ffi::{c_char, CStr};
+
+pub const TARGET: &CStr = c"ferrax_trsm";
+
+ffi_handler! {
+    /// Triangular solve on the host through BLAS, batch split across XLA's thread pool.
+    pub fn ferrax_cpu_trsm = TARGET;
+    ctx pool: ThreadPool;
+    arg x: Buffer;
+    arg y: Buffer;
+    ret y_out: Buffer;
+    attr side: u8;
+    attr uplo: u8;
+    attr trans_x: u8;
+    attr diag: u8;
+    traits = 0;
+    body = trsm_cpu;
+}
+
+/// The scalar one, for BLAS's `alpha`.
+trait One {
+    const ONE: Self;
+}
+impl One for f32 {
+    const ONE: Self = 1.0;
+}
+impl One for f64 {
+    const ONE: Self = 1.0;
+}
+impl One for Complex<f32> {
+    const ONE: Self = Complex::new(1.0, 0.0);
+}
+impl One for Complex<f64> {
+    const ONE: Self = Complex::new(1.0, 0.0);
+}
+
+/// BLAS's character arguments, checked.
+#[derive(Clone, Copy)]
+struct Flags {
+    side: c_char,
+    uplo: c_char,
+    trans: c_char,
+    diag: c_char,
+}
+
+// One parameter per operand and attribute of the signature.
+#[allow(clippy::too_many_arguments)]
+fn trsm_cpu(
+    pool: ThreadPool<'_>,
+    x: Buffer<'_>,
+    y: Buffer<'_>,
+    y_out: Buffer<'_>,
+    side: u8,
+    uplo: u8,
+    trans_x: u8,
+    diag: u8,
+) -> Result<()> {
+    let flags = Flags {
+        side: char_attr("side", side, b"LR")?,
+        uplo: char_attr("uplo", uplo, b"LU")?,
+        trans: char_attr("trans_x", trans_x, b"NTC")?,
+        diag: char_attr("diag", diag, b"NU")?,
+    };
+    match x.dtype() {
+        DataType::F32 => trsm_typed::<f32>(pool, x, y, y_out, flags),
+        DataType::F64 => trsm_typed::<f64>(pool, x, y, y_out, flags),
+        DataType::C64 => trsm_typed::<Complex<f32>>(pool, x, y, y_out, flags),
+        DataType::C128 => trsm_typed::<Complex<f64>>(pool, x, y, y_out, flags),
+        other => Err(x.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
+    }
+}
+
+fn trsm_typed<T: NativeType + Lapack + One>(
+    pool: ThreadPool<'_>,
+    x: Buffer<'_>,
+    y: Buffer<'_>,
+    y_out: Buffer<'_>,
+    flags: Flags,
+) -> Result<()> {
+    y.expect_dtype(T::DTYPE)?;
+    let a_shape = MatrixBatch::of(&x)?;
+    let b_shape = MatrixBatch::of(&y)?;
+    let k = if flags.side == b'L' as c_char {
+        b_shape.rows
+    } else {
+        b_shape.cols
+    };
+    let batch_dims = b_shape.batch_dims(&y);
+    x.expect_dims(&[batch_dims, &[k as i64, k as i64]].concat())?;
+    let (m, n) = (lapack_dim(&y, b_shape.rows)?, lapack_dim(&y, b_shape.cols)?);
+    let k = lapack_dim(&x, k)?;
+    // BLAS rejects leading dimensions below 1 even for empty matrices.
+    let (lda, ldb) = (k.max(1), m.max(1));
+    y.copy_into(&y_out)?;
+    // Nothing to solve for an empty batch or empty right-hand sides (k = 0 implies m or n = 0).
+    if b_shape.batch == 0 || b_shape.matrix_len() == 0 {
+        return Ok(());
+    }
+    let trsm = routine(T::trsm())?;
+    // SAFETY: `y` is no longer read; `x` is an argument distinct from the result.
+    let (a, b) = unsafe { (x.as_slice::<T>()?, y_out.as_mut_slice::<T>()?) };
+    let b = SharedMut(b.as_mut_ptr());
+    let (a_len, b_len) = (a_shape.matrix_len(), b_shape.matrix_len());
+    let flops = (a_shape.rows * b_len).max(1);
+    for_each_parallel(&pool, b_shape.batch, flops, &|i| {
+        // SAFETY: matrix `i` of `y_out` is written by this task alone; BLAS reads `lda * k`
+        // elements of `x` (shared, read-only) and reads and writes `ldb * n` of `y_out`.
+        unsafe {
+            trsm(
+                &flags.side,
+                &flags.uplo,
+                &flags.trans,
+                &flags.diag,
+                &m,
+                &n,
+                &T::ONE,
+                a[i * a_len..].as_ptr(),
+                &lda,
+                b.at(i * b_len),
+                &ldb,
+            )
+        };
+        Ok(())
+    })
+}
