@@ -30,6 +30,10 @@ _LAPACK_TARGETS = {
     "getrf_ffi": _primitives.GETRF,
     "potrf_ffi": "ferrax_potrf",
     "trsm_ffi": "ferrax_trsm",
+    "geqrf_ffi": "ferrax_geqrf",
+    # jax names the real and complex routines apart; one ferrax target takes all dtypes.
+    "orgqr_ffi": "ferrax_orgqr",
+    "ungqr_ffi": "ferrax_orgqr",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 

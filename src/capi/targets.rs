@@ -40,6 +40,8 @@ targets!(
     (ops::getrf::TARGET, "cpu", ops::getrf::ferrax_cpu_getrf),
     (ops::potrf::TARGET, "cpu", ops::potrf::ferrax_cpu_potrf),
     (ops::trsm::TARGET, "cpu", ops::trsm::ferrax_cpu_trsm),
+    (ops::qr::GEQRF_TARGET, "cpu", ops::qr::ferrax_cpu_geqrf),
+    (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),
 );
 
 /// Returns the target table and writes its length to `count`.

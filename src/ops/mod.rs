@@ -4,10 +4,13 @@
 pub mod getrf;
 pub mod pivots;
 pub mod potrf;
+pub mod qr;
 pub mod threefry;
 pub mod trsm;
 
-use crate::ffi::{Error, Result, ThreadPool};
+use crate::ffi::{Error, NativeType, Result, ThreadPool};
+use ferrax_cpu_fallback::Lapack;
+use num_complex::Complex;
 
 /// A raw pointer that thread-pool tasks may share: each task touches a disjoint part of the
 /// buffer it points into.
@@ -89,4 +92,47 @@ pub(crate) fn lapack_dim(buffer: &crate::ffi::Buffer<'_>, value: usize) -> Resul
             buffer.dims()
         ))
     })
+}
+
+/// The scalars LAPACK handlers take (f32, f64, c64, c128). `Default` is zero.
+pub(crate) trait Scalar: NativeType + Lapack + Default {
+    /// The real part (LAPACK reports workspace sizes in the real part of `work[0]`).
+    fn re(self) -> f64;
+}
+
+impl Scalar for f32 {
+    fn re(self) -> f64 {
+        self.into()
+    }
+}
+impl Scalar for f64 {
+    fn re(self) -> f64 {
+        self
+    }
+}
+impl Scalar for Complex<f32> {
+    fn re(self) -> f64 {
+        self.re.into()
+    }
+}
+impl Scalar for Complex<f64> {
+    fn re(self) -> f64 {
+        self.re
+    }
+}
+
+/// LAPACK's optimal `lwork`: `query(work, lwork, info)` must call the routine with the given
+/// `lwork` (-1, a workspace query), which writes the size into `work[0]`.
+pub(crate) fn query_lwork<T: Scalar>(
+    query: impl FnOnce(*mut T, *const i32, *mut i32),
+) -> Result<i32> {
+    let (mut work, mut info) = (T::default(), 0);
+    query(&mut work, &-1, &mut info);
+    if info != 0 {
+        return Err(Error::internal(format!(
+            "LAPACK workspace query failed with info {info}"
+        )));
+    }
+    // `as` saturates; LAPACK wants lwork >= 1 even where it needs no workspace.
+    Ok((work.re().ceil() as i32).max(1))
 }

@@ -1,0 +1,232 @@
+"""ferrax_geqrf / ferrax_orgqr against stock jax on CPU: every QR entry point of jax, routed to
+ferrax by ``ferrax.install()``, gives what jaxlib's LAPACK targets give (both call the same
+LAPACK, so bit for bit), plus QR's identities, edge cases and the handlers' errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax._src.lax.linalg import geqrf  # jax.lax.linalg does not export it
+
+jax.config.update("jax_enable_x64", True)
+
+import ferrax  # noqa: E402
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+BATCHES = [(), (3,), (2, 2)]
+SHAPES = [(4, 4), (6, 3), (3, 6)]  # square, tall, wide
+TARGETS = ("ferrax_geqrf", "ferrax_orgqr")
+
+
+@pytest.fixture
+def install():
+    """Call it after computing the stock results; jax's own lowerings come back at teardown."""
+    yield ferrax.install
+    ferrax.uninstall()
+
+
+def random_matrix(shape, dtype):
+    rng = np.random.default_rng()
+    a = rng.standard_normal(shape)
+    if np.issubdtype(dtype, np.complexfloating):
+        a = a + 1j * rng.standard_normal(shape)
+    return a.astype(dtype)
+
+
+def tolerance(dtype):
+    return 1e-4 if np.finfo(dtype).dtype == np.float32 else 1e-12
+
+
+def every_qr(a):
+    """Every jax function that lowers to geqrf and orgqr/ungqr on CPU."""
+    k = min(a.shape[-2:])
+    x, taus = geqrf(a)
+    return {
+        "jnp_reduced": jnp.linalg.qr(a, mode="reduced"),
+        "jnp_complete": jnp.linalg.qr(a, mode="complete"),
+        "jnp_r": jnp.linalg.qr(a, mode="r"),
+        "jnp_raw": jnp.linalg.qr(a, mode="raw"),
+        "scipy_full": jax.scipy.linalg.qr(a),
+        "scipy_economic": jax.scipy.linalg.qr(a, mode="economic"),
+        "lax_full": lax.linalg.qr(a, full_matrices=True),
+        "lax_reduced": lax.linalg.qr(a, full_matrices=False),
+        "geqrf": (x, taus),
+        "householder_product": lax.linalg.householder_product(x[..., :k], taus),
+    }
+
+
+def run(fn, *args):
+    return jax.tree.map(np.asarray, jax.jit(fn)(*args))
+
+
+def assert_same(ours, stock):
+    """Equal leaf by leaf (NaN where stock has NaN), with the same shapes and dtypes."""
+    assert jax.tree.structure(ours) == jax.tree.structure(stock)
+    for (path, o), s in zip(jax.tree_util.tree_flatten_with_path(ours)[0], jax.tree.leaves(stock)):
+        where = jax.tree_util.keystr(path)
+        assert (o.shape, o.dtype) == (s.shape, s.dtype), where
+        np.testing.assert_array_equal(o, s, err_msg=where)
+
+
+def check_identities(a, out):
+    """Q R = A, Q^H Q = I and R upper triangular, for the factorizations ferrax computed."""
+    tol = tolerance(a.dtype)
+    for name in ("jnp_reduced", "jnp_complete", "scipy_full", "lax_full", "lax_reduced"):
+        q, r = out[name]
+        np.testing.assert_allclose(q @ r, a, rtol=tol, atol=tol, err_msg=name)
+        eye = np.broadcast_to(np.eye(q.shape[-1]), q.shape[:-2] + 2 * q.shape[-1:])
+        np.testing.assert_allclose(q.conj().mT @ q, eye, rtol=tol, atol=tol, err_msg=name)
+        np.testing.assert_array_equal(np.tril(r, -1), 0, err_msg=name)
+    # geqrf's upper triangle is R; householder_product forms Q's first k columns.
+    x, _ = out["geqrf"]
+    k = min(a.shape[-2:])
+    np.testing.assert_array_equal(np.triu(x)[..., :k, :], out["jnp_reduced"][1])
+    np.testing.assert_array_equal(out["householder_product"], out["jnp_reduced"][0][..., :k])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_matches_stock_jax(install, dtype):
+    # Each dtype gets every batch and every matrix shape, paired differently per dtype so that
+    # the dtypes together cover all pairs; one jitted function keeps it to one compilation per
+    # dtype and side (compilation is most of this file's runtime).
+    d = DTYPES.index(dtype)
+    pairs = [(b, SHAPES[(i + d) % len(SHAPES)]) for i, b in enumerate(BATCHES)]
+    inputs = {(b, s): random_matrix(b + s, dtype) for b, s in pairs}
+    fn = lambda inputs: {key: every_qr(a) for key, a in inputs.items()}
+    stock = run(fn, inputs)
+    install()
+    ours = run(fn, inputs)
+    assert_same(ours, stock)
+    for key, a in inputs.items():
+        check_identities(a, ours[key])
+
+
+def test_hlo_names_ferrax_targets(install):
+    a = random_matrix((5, 3), np.float64)
+    c = random_matrix((5, 3), np.complex64)
+    assert not any(t in jax.jit(every_qr).lower(a).as_text() for t in TARGETS)
+    install()
+    for x in (a, c):
+        hlo = jax.jit(every_qr).lower(x).as_text()
+        assert all(t in hlo for t in TARGETS), hlo
+        assert "lapack_" not in hlo
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=lambda d: np.dtype(d).name)
+def test_vmap_and_jit(install, dtype):
+    a = random_matrix((3, 2, 5, 4), dtype)
+    fn = jax.jit(jax.vmap(jax.vmap(lambda m: jnp.linalg.qr(m, mode="complete"))))
+    hh = jax.jit(jax.vmap(lambda m: lax.linalg.householder_product(*geqrf(m))))
+    stock = (run(fn, a), run(hh, a))
+    install()
+    ours = (run(fn, a), run(hh, a))
+    assert_same(ours, stock)
+    assert "ferrax_orgqr" in fn.lower(a).as_text()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=lambda d: np.dtype(d).name)
+def test_large_batch_split_across_threads(install, dtype):
+    """Enough matrices for several chunks, each with its own workspace."""
+    a = random_matrix((1024, 10, 6), dtype)
+    stock = run(every_qr, a)
+    install()
+    ours = run(every_qr, a)
+    assert_same(ours, stock)
+
+
+def special_inputs(dtype):
+    rng = np.random.default_rng()
+    u, v = random_matrix((2, 5, 1), dtype), random_matrix((2, 1, 4), dtype)
+    rank_one = u @ v  # singular
+    ill = random_matrix((2, 5, 4), dtype) * np.logspace(0, -30, 4).astype(dtype)
+    nan = random_matrix((2, 5, 4), dtype)
+    nan[0, rng.integers(5), rng.integers(4)] = np.nan
+    inf = random_matrix((2, 5, 4), dtype)
+    inf[1, rng.integers(5), rng.integers(4)] = np.inf
+    return np.concatenate([rank_one, ill, nan, inf])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_singular_ill_conditioned_and_nan_inputs(install, dtype):
+    a = special_inputs(dtype)
+    fn = lambda a: (jnp.linalg.qr(a, mode="complete"), geqrf(a))
+    stock = run(fn, a)
+    install()
+    ours = run(fn, a)
+    assert_same(ours, stock)  # NaN exactly where stock jax has NaN
+    for leaf in jax.tree.leaves(ours):
+        assert np.isfinite(leaf[:4]).all()  # the finite inputs stay finite
+    assert np.isnan(ours[1][0][4]).any()  # LAPACK's own NaN propagation, no info to act on
+
+
+ZERO_SIZE = [(0, 0), (3, 0), (0, 3), (0, 4, 3), (2, 3, 0), (0, 3, 3)]
+
+
+@pytest.mark.parametrize("shape", ZERO_SIZE, ids=lambda s: "x".join(map(str, s)))
+def test_zero_size(install, shape):
+    a = random_matrix(shape, np.float64)
+    # Tall or square reflectors for householder_product, with no taus (Q = I's first columns).
+    m = max(shape[-2:])
+    x = random_matrix(shape[:-2] + (m, shape[-1]), np.float64)
+    taus = random_matrix(shape[:-2] + (0,), np.float64)
+    fn = lambda a, x, taus: (every_qr(a), lax.linalg.householder_product(x, taus))
+    stock = run(fn, a, x, taus)
+    install()
+    ours = run(fn, a, x, taus)
+    assert_same(ours, stock)
+
+
+def test_householder_product_without_taus(install):
+    """k = 0 still calls LAPACK: Q is the first n columns of the identity."""
+    x = random_matrix((2, 5, 3), np.complex64)
+    taus = np.zeros((2, 0), np.complex64)
+    fn = lax.linalg.householder_product
+    stock = run(fn, x, taus)
+    install()
+    ours = run(fn, x, taus)
+    assert_same(ours, stock)
+    np.testing.assert_array_equal(ours, np.broadcast_to(np.eye(5, 3), (2, 5, 3)))
+
+
+def raw_call(target, result_shapes, *args, **attrs):
+    ferrax.register()
+    call = jax.ffi.ffi_call(target, result_shapes)
+    return jax.block_until_ready(jax.jit(lambda *a: call(*a, **attrs))(*args))
+
+
+def sds(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def test_raw_call_errors_name_target_and_operand():
+    ints = np.random.default_rng().integers(1, 9, (4, 3), dtype=np.int32)
+    a = random_matrix((4, 3), np.float32)
+    taus = random_matrix((3,), np.float32)
+    cases = [
+        ("ferrax_geqrf", [sds((4, 3), np.int32), sds((3,), np.int32)], (ints,), {},
+         r"ferrax_geqrf: operand 0 'x': expected dtype f32, f64, c64 or c128, got s32"),
+        ("ferrax_orgqr", [sds((4, 3), np.int32)], (ints, taus), {},
+         r"ferrax_orgqr: operand 0 'x': expected dtype f32, f64, c64 or c128, got s32"),
+        ("ferrax_geqrf", [sds((4, 3), np.float32), sds((3,), np.float32)], (a,),
+         {"uplo": np.uint8(ord("L"))},
+         r"ferrax_geqrf: unexpected attribute 'uplo'"),
+        ("ferrax_orgqr", [sds((4, 3), np.float32)], (a, taus), {"mode": np.int32(1)},
+         r"ferrax_orgqr: unexpected attribute 'mode'"),
+        ("ferrax_geqrf", [sds((4, 3), np.float32), sds((4,), np.float32)], (a,), {},
+         r"ferrax_geqrf: result 1 'tau': expected shape \[3\], got shape \[4\]"),
+        ("ferrax_geqrf", [sds((4, 3), np.float32), sds((3,), np.float64)], (a,), {},
+         r"ferrax_geqrf: result 1 'tau': expected dtype f32, got f64"),
+        ("ferrax_orgqr", [sds((4, 3), np.float32)], (a, taus.astype(np.float64)), {},
+         r"ferrax_orgqr: operand 1 'tau': expected dtype f32, got f64"),
+        ("ferrax_orgqr", [sds((4, 3), np.float32)], (a, random_matrix((4,), np.float32)), {},
+         r"ferrax_orgqr: operand 1 'tau': expected shape \[\] \+ \[k\] with k <= 3, "
+         r"got shape \[4\]"),
+        ("ferrax_orgqr", [sds((3, 4), np.float32)], (a.T.copy(), taus), {},
+         r"ferrax_orgqr: operand 0 'x': expected matrices with at least as many rows as columns"),
+        ("ferrax_orgqr", [sds((4, 4), np.float32)], (a, taus), {},
+         r"ferrax_orgqr: result 0 'x_out': expected dtype f32 and shape \[4, 3\]"),
+    ]
+    for target, results, args, attrs, message in cases:
+        with pytest.raises(Exception, match=message):
+            raw_call(target, results, *args, **attrs)
