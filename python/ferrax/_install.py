@@ -29,6 +29,8 @@ _saved: dict | None = None
 _LAPACK_TARGETS = {
     "getrf_ffi": _primitives.GETRF,
     "potrf_ffi": "ferrax_potrf",
+    "syevd_ffi": "ferrax_syevd",
+    "heevd_ffi": "ferrax_syevd",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 
