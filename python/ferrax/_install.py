@@ -34,6 +34,8 @@ _LAPACK_TARGETS = {
     # jax names the real and complex routines apart; one ferrax target takes all dtypes.
     "orgqr_ffi": "ferrax_orgqr",
     "ungqr_ffi": "ferrax_orgqr",
+    "syevd_ffi": "ferrax_syevd",
+    "heevd_ffi": "ferrax_syevd",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 

@@ -42,6 +42,7 @@ targets!(
     (ops::trsm::TARGET, "cpu", ops::trsm::ferrax_cpu_trsm),
     (ops::qr::GEQRF_TARGET, "cpu", ops::qr::ferrax_cpu_geqrf),
     (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),
+    (ops::eigh::TARGET, "cpu", ops::eigh::ferrax_cpu_syevd),
 );
 
 /// Returns the target table and writes its length to `count`.

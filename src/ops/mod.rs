@@ -1,6 +1,7 @@
 //! One module per op family. Each declares its target name once and the handlers bound to it
 //! (the same name is registered per platform, with that platform's handler).
 
+pub mod eigh;
 pub mod getrf;
 pub mod pivots;
 pub mod potrf;

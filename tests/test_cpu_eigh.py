@@ -1,0 +1,202 @@
+"""ferrax_syevd (CPU) through ferrax.install(): jax's own eigh lowering calls it with jaxlib's
+lapack_?syevd_ffi / lapack_?heevd_ffi contract; results must match stock jax."""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import jax.scipy.linalg as jsl  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import ferrax  # noqa: E402
+
+TARGET = "ferrax_syevd"
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+BATCHES = [(), (3,), (2, 2)]
+
+# Every jax entry point that lowers to syevd/heevd on CPU. jax.lax.linalg.eigh without
+# symmetrization reads only the `lower` triangle, so it checks that `uplo` reaches LAPACK.
+FUNCTIONS = {
+    "jnp.linalg.eigh-L": lambda a: jnp.linalg.eigh(a, UPLO="L"),
+    "jnp.linalg.eigh-U": lambda a: jnp.linalg.eigh(a, UPLO="U"),
+    "jnp.linalg.eigvalsh-L": lambda a: jnp.linalg.eigvalsh(a, UPLO="L"),
+    "jnp.linalg.eigvalsh-U": lambda a: jnp.linalg.eigvalsh(a, UPLO="U"),
+    "jsl.eigh-lower": lambda a: jsl.eigh(a, lower=True),
+    "jsl.eigh-upper": lambda a: jsl.eigh(a, lower=False),
+    "lax.eigh-lower": lambda a: jax.lax.linalg.eigh(a, lower=True, symmetrize_input=False),
+    "lax.eigh-upper": lambda a: jax.lax.linalg.eigh(a, lower=False, symmetrize_input=False),
+}
+
+
+@pytest.fixture
+def install():
+    """Call after computing the stock reference; undone at teardown."""
+    yield ferrax.install
+    ferrax.uninstall()
+
+
+def random_matrix(shape, dtype, rng):
+    a = rng.standard_normal(shape)
+    if np.issubdtype(dtype, np.complexfloating):
+        a = a + 1j * rng.standard_normal(shape)
+    return a.astype(dtype)
+
+
+def hermitian(shape, dtype, rng):
+    a = random_matrix(shape, dtype, rng)
+    return ((a + np.conj(np.swapaxes(a, -1, -2))) / 2).astype(dtype)
+
+
+def tolerance(dtype, n=8):
+    return 50 * n * np.finfo(dtype).eps
+
+
+def assert_matches(got, ref, dtype):
+    for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        np.testing.assert_allclose(g, r, rtol=tolerance(dtype), atol=tolerance(dtype))
+
+
+# All entry points in one jitted function: one compilation per case keeps the file fast.
+all_functions = jax.jit(lambda a: {name: fn(a) for name, fn in FUNCTIONS.items()})
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+def test_matches_stock_jax(install, dtype, batch):
+    a = random_matrix(batch + (5, 5), dtype, np.random.default_rng())  # only one triangle counts
+    ref = all_functions(a)
+    install()
+    hlo = all_functions.lower(a).as_text()
+    assert hlo.count(TARGET) >= len(FUNCTIONS) and "lapack_" not in hlo
+    got = all_functions(a)
+    for name in FUNCTIONS:
+        assert_matches(got[name], ref[name], dtype)
+
+
+@pytest.mark.parametrize("n", [6, 40])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+def test_bit_identical_to_stock_jax(install, dtype, n):
+    # Same LAPACK (SciPy's) and same routine: no rounding difference is expected.
+    a = hermitian((3, n, n), dtype, np.random.default_rng())
+    fn = jax.jit(jnp.linalg.eigh)
+    ref = fn(a)
+    install()
+    got = fn(a)
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+def test_reconstruction(install, dtype, lower):
+    install()
+    n = 7
+    a = random_matrix((2, 2, n, n), dtype, np.random.default_rng())
+    v, w = jax.lax.linalg.eigh(a, lower=lower, symmetrize_input=False)
+    v, w = np.asarray(v), np.asarray(w)
+    # The matrix LAPACK saw: the chosen triangle, mirrored.
+    tri = np.tril(a) if lower else np.triu(a)
+    diag = np.diagonal(a, axis1=-2, axis2=-1).real.astype(dtype)
+    h = tri + np.conj(np.swapaxes(tri, -1, -2))
+    h[..., np.arange(n), np.arange(n)] = diag
+    vh = np.conj(np.swapaxes(v, -1, -2))
+    scale = np.linalg.norm(h, axis=(-2, -1), keepdims=True)
+    tol = tolerance(dtype, n)
+    assert w.dtype == np.finfo(dtype).dtype
+    assert np.all(np.diff(w, axis=-1) >= 0)
+    np.testing.assert_allclose((v * w[..., None, :]) @ vh / scale, h / scale, atol=tol)
+    np.testing.assert_allclose(vh @ v, np.broadcast_to(np.eye(n), v.shape), atol=tol)
+    np.testing.assert_allclose(w, np.linalg.eigvalsh(h), atol=tol * np.max(scale))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+def test_vmap_and_jit(install, dtype):
+    a = hermitian((4, 2, 6, 6), dtype, np.random.default_rng())
+    fn = jax.jit(lambda x: (jax.vmap(jax.vmap(jnp.linalg.eigh))(x),
+                            jax.vmap(jnp.linalg.eigvalsh, in_axes=1)(x)))
+    ref = fn(a)
+    install()
+    assert TARGET in fn.lower(a).as_text()
+    assert_matches(fn(a), ref, dtype)
+
+
+def difficult_matrices(dtype, rng, n=6):
+    """Singular, ill-conditioned, NaN and Inf inputs, one per batch entry."""
+    v = random_matrix((n, 1), dtype, rng)
+    rank_one = v @ np.conj(v.T)
+    q, _ = np.linalg.qr(random_matrix((n, n), dtype, rng))
+    graded = (q * np.logspace(-15, 15, n)) @ np.conj(q.T)
+    with_nan = hermitian((n, n), dtype, rng)
+    with_nan[2, 1] = np.nan
+    with_inf = hermitian((n, n), dtype, rng)
+    with_inf[0, 0] = np.inf
+    tiny = hermitian((n, n), dtype, rng) * np.finfo(dtype).tiny
+    return np.stack([rank_one, graded, with_nan, with_inf, tiny]).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+def test_difficult_inputs_match_stock_nan_pattern(install, dtype):
+    a = difficult_matrices(dtype, np.random.default_rng())
+    fn = jax.jit(lambda x: jax.lax.linalg.eigh(x, symmetrize_input=False))
+    ref = [np.asarray(r) for r in fn(a)]
+    install()
+    got = [np.asarray(g) for g in fn(a)]
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(r))
+        np.testing.assert_array_equal(g, r)
+    # The NaN entry makes jax mark that matrix failed (or LAPACK propagates NaN).
+    assert np.isnan(got[1][2]).all()
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0, 0), (0, 4, 4), (2, 0, 5, 5)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+def test_zero_size(install, dtype, shape):
+    a = np.ones(shape, dtype)
+    fn = jax.jit(lambda x: (jnp.linalg.eigh(x), jnp.linalg.eigvalsh(x)))
+    ref = fn(a)
+    install()
+    assert TARGET in fn.lower(a).as_text()
+    got = fn(a)
+    for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
+        assert g.shape == r.shape and g.dtype == r.dtype
+
+
+def raw_call(x, w_dtype=None, **attrs):
+    """Calls the target directly with jaxlib's operand list."""
+    w_dtype = w_dtype or np.finfo(x.dtype).dtype
+    results = (
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct(x.shape[:-1], w_dtype),
+        jax.ShapeDtypeStruct(x.shape[:-2], np.int32),
+    )
+    attrs = {"uplo": np.uint8(ord("L")), "mode": np.uint8(ord("V")), **attrs}
+    return jax.ffi.ffi_call(TARGET, results)(x, **attrs)
+
+
+def test_raw_call_mode_n_gives_eigenvalues():
+    a = hermitian((3, 5, 5), np.float64, np.random.default_rng())
+    _, w, info = raw_call(a, mode=np.uint8(ord("N")))
+    np.testing.assert_array_equal(info, 0)
+    np.testing.assert_allclose(w, np.linalg.eigvalsh(a), atol=1e-12 * np.abs(a).max())
+
+
+@pytest.mark.parametrize(
+    "make_call, message",
+    [
+        (lambda a: raw_call(a.astype(np.int32), w_dtype=np.float64),
+         r"operand 0 'x': expected dtype f32, f64"),
+        (lambda a: raw_call(a[..., :4]), r"operand 0 'x': expected square matrices"),
+        (lambda a: raw_call(a, w_dtype=np.float32), r"result 1 'w': expected dtype f64"),
+        (lambda a: raw_call(a, mode=np.uint8(ord("X"))), r"attribute 'mode': expected one of"),
+        (lambda a: raw_call(a, uplo=np.int32(ord("L"))),
+         r"attribute 'uplo': expected u8 scalar, got s32"),
+    ],
+    ids=["int32-input", "non-square", "w-dtype", "mode-value", "uplo-type"],
+)
+def test_raw_call_errors_name_target_and_operand(make_call, message):
+    a = hermitian((2, 5, 5), np.float64, np.random.default_rng())
+    with pytest.raises(Exception, match=f"{TARGET}.*{message}"):
+        jax.block_until_ready(make_call(a))
