@@ -1,0 +1,151 @@
+"""Shared fixtures for ferrax's Python tests.
+
+Every helper is a fixture (no test module imports this file): ``rng`` (seeded per test),
+``dtype`` (the four LAPACK dtypes), ``random_matrix``, ``assert_close`` (tolerances per
+dtype), ``run_python`` (a fresh interpreter with this process's environment), ``installed``
+and ``known_bug`` (strict xfail for a ferrax bug found by these tests).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import zlib
+
+import numpy as np
+import pytest
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import ferrax  # noqa: E402  (x64 must be on before anything traces)
+
+DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+
+# (rtol, atol) for comparing ferrax against stock jax, and for reconstructing P·A = L·U.
+_COMPARE = {np.dtype(np.float32): (2e-5, 2e-5), np.dtype(np.float64): (1e-12, 1e-12)}
+_RECONSTRUCT = {np.dtype(np.float32): (1e-4, 1e-4), np.dtype(np.float64): (1e-11, 1e-11)}
+
+
+def _real(dtype) -> np.dtype:
+    return np.dtype(np.finfo(np.dtype(dtype)).dtype)
+
+
+def _tol(dtype, kind: str = "compare") -> dict:
+    rtol, atol = (_COMPARE if kind == "compare" else _RECONSTRUCT)[_real(dtype)]
+    return {"rtol": rtol, "atol": atol}
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator seeded from the test's id: reproducible, different for every test."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture(params=DTYPES, ids=lambda d: np.dtype(d).name)
+def dtype(request):
+    return request.param
+
+
+@pytest.fixture
+def random_matrix(rng):
+    """``random_matrix(shape, dtype)``: standard normal entries (complex: both parts), never
+    zero and almost surely well conditioned with unambiguous pivots."""
+
+    def make(shape, dtype):
+        dtype = np.dtype(dtype)
+        a = rng.standard_normal(shape)
+        if dtype.kind == "c":
+            a = a + 1j * rng.standard_normal(shape)
+        return a.astype(dtype)
+
+    return make
+
+
+@pytest.fixture
+def assert_close():
+    """``assert_close(actual, expected, dtype, kind="compare")``: same shape and dtype, values
+    within the dtype's tolerance, NaN where the expectation has NaN."""
+
+    def check(actual, expected, dtype, kind="compare", err_msg=""):
+        actual, expected = np.asarray(actual), np.asarray(expected)
+        assert actual.shape == expected.shape, (actual.shape, expected.shape, err_msg)
+        assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype, err_msg)
+        np.testing.assert_allclose(actual, expected, err_msg=err_msg, **_tol(dtype, kind))
+
+    return check
+
+
+def _run_python(code: str, *args: str, env: dict | None = None, timeout: float = 180,
+                check: bool = True, cwd=None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.setdefault("JAX_PLATFORMS", "cpu")
+    full_env["JAX_ENABLE_X64"] = "1"
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=full_env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, (
+            f"subprocess exited with {proc.returncode}\n--- stdout ---\n{proc.stdout[-4000:]}"
+            f"\n--- stderr ---\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture
+def run_python():
+    """``run_python(code, *args, env=None, timeout=180, check=True, cwd=None)``: runs ``code``
+    (with ``sys.argv[1:] == args``) in a fresh ``sys.executable`` with this process's environment (PYTHONPATH included), CPU only
+    and x64 on; with ``check`` asserts a zero exit status."""
+    return _run_python
+
+
+@pytest.fixture(scope="session")
+def run_python_session():
+    return _run_python
+
+
+@pytest.fixture(autouse=True)
+def _stock_jax_around_every_test():
+    """Every test starts and ends with jax's own lowerings, whatever happened in between."""
+    ferrax.uninstall()
+    yield
+    ferrax.uninstall()
+
+
+@pytest.fixture
+def installed():
+    """ferrax installed for the test's body; always uninstalled at teardown."""
+    ferrax.install()
+    assert ferrax.installed()
+    yield
+    ferrax.uninstall()
+
+
+#: Ferrax bugs found by this suite (see the report); tests that hit one apply its mark.
+KNOWN_BUGS = {
+    "vmap": pytest.mark.xfail(
+        strict=True, raises=AttributeError,
+        reason="ferrax bug: python/ferrax/_primitives.py _batch_at_front tests "
+               "`d is not batching.not_mapped`, which jax 0.10.2 no longer has (unmapped axes "
+               "are None), so every vmap of a ferrax primitive raises AttributeError"),
+    "empty_getrf": pytest.mark.xfail(
+        strict=True,
+        reason="ferrax bug: the getrf lowering (python/ferrax/_lowering.py) asks for a "
+               "column-major layout even for operands with zero elements; when such a result "
+               "leaves the computation, XLA's CPU compiler dies with SIGFPE "
+               "(EmitTiledFusionKernel) on the zero-sized layout-changing copy"),
+    "threefry_sharding": pytest.mark.xfail(
+        strict=True,
+        reason="ferrax bug: threefry is lowered with num_batch_dims == rank (no non-batch "
+               "dim); XLA's CustomCallBatchPartitioner then replicates the custom call, so "
+               "XLA all-gathers the counters and every device hashes the full array"),
+}
+
+
+@pytest.fixture
+def known_bug(request):
+    """``known_bug(name)``: marks the running test as a strict xfail for ``KNOWN_BUGS[name]``."""
+    return lambda name: request.applymarker(KNOWN_BUGS[name])

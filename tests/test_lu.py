@@ -1,0 +1,207 @@
+"""ferrax.linalg.lu / getrf against stock jax.lax.linalg.lu (ferrax not installed)."""
+
+import json
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import ferrax
+
+MATRIX_SHAPES = {"square": (5, 5), "tall": (6, 4), "wide": (4, 6)}
+BATCHES = [(), (3,), (2, 3)]
+
+
+def _stock_lu(a):
+    assert not ferrax.installed()
+    return [np.asarray(x) for x in jax.lax.linalg.lu(a)]
+
+
+def _check_against_stock(got, stock, dtype, assert_close):
+    lu, pivots, perm = map(np.asarray, got)
+    assert_close(lu, stock[0], dtype, err_msg="packed LU")
+    for name, x, y in (("pivots", pivots, stock[1]), ("permutation", perm, stock[2])):
+        assert x.dtype == y.dtype == np.int32, (name, x.dtype, y.dtype)
+        np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("kind", MATRIX_SHAPES)
+def test_lu_matches_stock(kind, batch, dtype, random_matrix, assert_close):
+    a = random_matrix(batch + MATRIX_SHAPES[kind], dtype)
+    _check_against_stock(ferrax.linalg.lu(a), _stock_lu(a), dtype, assert_close)
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("kind", MATRIX_SHAPES)
+def test_getrf_matches_stock(kind, batch, dtype, random_matrix, assert_close):
+    m, n = MATRIX_SHAPES[kind]
+    a = random_matrix(batch + (m, n), dtype)
+    stock = _stock_lu(a)
+    lu, ipiv, info = map(np.asarray, ferrax.linalg.getrf(a))
+    assert ipiv.shape == batch + (min(m, n),) and ipiv.dtype == np.int32
+    assert info.shape == batch and info.dtype == np.int32
+    assert_close(lu, stock[0], dtype)
+    np.testing.assert_array_equal(ipiv - 1, stock[1])  # LAPACK's 1-based pivots
+    assert ipiv.min() >= 1 and ipiv.max() <= m
+    np.testing.assert_array_equal(info, np.zeros(batch, np.int32))
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("kind", MATRIX_SHAPES)
+def test_lu_reconstructs_input(kind, batch, dtype, random_matrix, assert_close):
+    m, n = MATRIX_SHAPES[kind]
+    k = min(m, n)
+    a = random_matrix(batch + (m, n), dtype)
+    lu, _, perm = map(np.asarray, ferrax.linalg.lu(a))
+    lower = np.tril(lu[..., :, :k], -1) + np.eye(m, k, dtype=lu.dtype)
+    upper = np.triu(lu[..., :k, :])
+    np.testing.assert_array_equal(np.sort(perm, axis=-1), np.broadcast_to(np.arange(m), perm.shape))
+    permuted = np.take_along_axis(a, perm[..., :, None], axis=-2)
+    assert_close((lower @ upper).astype(dtype), permuted, dtype, kind="reconstruct")
+    # Partial pivoting: |L| <= 1 (complex LAPACK pivots on |re| + |im|, so |L| <= sqrt(2)).
+    bound = np.sqrt(2) if np.dtype(dtype).kind == "c" else 1.0
+    assert np.abs(lower).max() <= bound * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("defect", ["zero_column", "zero_row"])
+def test_singular_matrix(defect, dtype, random_matrix, assert_close):
+    a = random_matrix((2, 5, 5), dtype)
+    if defect == "zero_column":
+        a[0, :, 2] = 0
+        a[1, :, 0] = 0
+    else:
+        a[0, 3] = 0
+        a[1, 0] = 0
+    stock = _stock_lu(a)
+    lu, ipiv, info = map(np.asarray, ferrax.linalg.getrf(a))
+    assert (info > 0).all(), info
+    # A zero column j makes U[j, j] the first exact zero; a zero row is never chosen as pivot
+    # while another row is left, so only the last U[n-1, n-1] is zero.
+    np.testing.assert_array_equal(info, [3, 1] if defect == "zero_column" else [5, 5])
+    assert_close(lu, stock[0], dtype)
+    np.testing.assert_array_equal(ipiv - 1, stock[1])
+    got = ferrax.linalg.lu(a)
+    _check_against_stock(got, stock, dtype, assert_close)
+    assert not np.isnan(np.asarray(got[0])).any()  # info > 0 is not an error
+    for b in range(2):
+        assert np.min(np.abs(np.diagonal(np.asarray(got[0])[b]))) == 0
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_non_finite_input_matches_stock(bad, dtype, random_matrix, assert_close):
+    a = random_matrix((3, 5, 5), dtype)
+    a[0, 1, 2] = bad
+    a[1, 4, 4] = bad
+    stock = _stock_lu(a)
+    got = [np.asarray(x) for x in ferrax.linalg.lu(a)]
+    assert np.isnan(stock[0]).any() or np.isinf(stock[0]).any()
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(stock[0]))
+    np.testing.assert_array_equal(np.isinf(got[0]), np.isinf(stock[0]))
+    _check_against_stock(got, stock, dtype, assert_close)
+    # The untouched matrix is unaffected.
+    assert np.isfinite(got[0][2]).all()
+
+
+_EMPTY_SCRIPT = """
+    import json, sys
+    import numpy as np, jax
+    import ferrax
+    shape, fn, mode = tuple(json.loads(sys.argv[1])), sys.argv[2], sys.argv[3]
+    a = np.ones(shape, np.float64)
+    f = {"lu": ferrax.linalg.lu, "getrf": ferrax.linalg.getrf}[fn]
+    out = (jax.jit(f) if mode == "jit" else f)(a)
+    print("RESULT" + json.dumps([[list(np.shape(x)), str(np.asarray(x).dtype),
+                                  np.asarray(x).tolist()] for x in out]))  # as _describe
+"""
+
+# Zero-element getrf results kill the process (SIGFPE in XLA's CPU emitter) where stock jax
+# returns; jit(ferrax.linalg.lu) happens to avoid it (its jnp.where consumes the column-major
+# result inside the same computation).
+
+
+def _run_empty(run_python, shape, fn, mode):
+    proc = run_python(_EMPTY_SCRIPT, json.dumps(shape), fn, mode, check=False, timeout=120)
+    assert proc.returncode == 0, f"{fn}/{mode}: exit status {proc.returncode}: {proc.stderr[-2000:]}"
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+EMPTY_SHAPES = [(3, 0, 0), (0, 4, 4), (2, 0, 3), (2, 3, 0)]
+
+
+def _describe(outputs):
+    return [[list(np.shape(x)), str(np.asarray(x).dtype), np.asarray(x).tolist()] for x in outputs]
+
+
+@pytest.mark.parametrize("fn, mode", [("lu", "jit"), ("lu", "eager"), ("getrf", "jit")])
+@pytest.mark.parametrize("shape", EMPTY_SHAPES, ids=str)
+def test_empty_matrices(shape, fn, mode, run_python, known_bug):
+    *batch, m, n = shape
+    k = min(m, n)
+    if (fn, mode) != ("lu", "jit") and m * n == 0:
+        known_bug("empty_getrf")
+    stock = _describe(_stock_lu(np.ones(shape)))
+    assert [x[:2] for x in stock] == [[list(shape), "float64"], [batch + [k], "int32"],
+                                      [batch + [m], "int32"]]
+    result = _run_empty(run_python, shape, fn, mode)
+    if fn == "lu":
+        assert result == stock
+    else:
+        lu, ipiv, info = result
+        assert lu == stock[0]
+        assert ipiv[:2] == [batch + [k], "int32"]
+        assert info[:2] == [batch, "int32"]
+        assert np.all(np.asarray(info[2]) == 0)
+
+
+def test_jit_matches_stock(dtype, random_matrix, assert_close):
+    a = random_matrix((2, 6, 6), dtype)
+    stock = [np.asarray(x) for x in jax.jit(jax.lax.linalg.lu)(a)]
+    _check_against_stock(jax.jit(ferrax.linalg.lu)(a), stock, dtype, assert_close)
+    lu, ipiv, info = jax.jit(ferrax.linalg.getrf)(a)
+    assert_close(lu, stock[0], dtype)
+    np.testing.assert_array_equal(np.asarray(ipiv) - 1, stock[1])
+    np.testing.assert_array_equal(info, [0, 0])
+
+
+def test_jit_inside_larger_function(dtype, random_matrix, assert_close):
+    a = random_matrix((5, 5), dtype)
+
+    def f(lu_fn, x):
+        lu, _, perm = lu_fn(2 * x + 1)
+        return jnp.sum(jnp.abs(jnp.diagonal(lu))), perm
+
+    got, stock = jax.jit(lambda x: f(ferrax.linalg.lu, x))(a), jax.jit(lambda x: f(jax.lax.linalg.lu, x))(a)
+    assert_close(got[0], stock[0], dtype)
+    np.testing.assert_array_equal(got[1], stock[1])
+
+
+@pytest.mark.parametrize("in_axes", [0, 1, 2])
+def test_vmap_matches_stock(in_axes, dtype, random_matrix, assert_close, known_bug):
+    known_bug("vmap")
+    a = random_matrix((4, 3, 4) if in_axes == 1 else (3, 4, 4) if in_axes == 0 else (4, 4, 3), dtype)
+    stock = [np.asarray(x) for x in jax.vmap(jax.lax.linalg.lu, in_axes=in_axes)(a)]
+    _check_against_stock(jax.vmap(ferrax.linalg.lu, in_axes=in_axes)(a), stock, dtype, assert_close)
+    _check_against_stock(jax.jit(jax.vmap(ferrax.linalg.lu, in_axes=in_axes))(a), stock, dtype,
+                         assert_close)
+    # And per matrix, outside vmap.
+    slices = np.moveaxis(a, in_axes, 0)
+    for i, s in enumerate(slices):
+        single = ferrax.linalg.lu(s)
+        assert_close(single[0], stock[0][i], dtype)
+        np.testing.assert_array_equal(single[2], stock[2][i])
+
+
+def test_nested_vmap_of_getrf(dtype, random_matrix, assert_close, known_bug):
+    known_bug("vmap")
+    a = random_matrix((2, 5, 3, 5), dtype)  # matrices are a[i, :, j, :]
+    f = jax.vmap(jax.vmap(ferrax.linalg.getrf, in_axes=1), in_axes=0)
+    lu, ipiv, info = map(np.asarray, f(a))
+    stock = [np.asarray(x) for x in jax.vmap(jax.vmap(jax.lax.linalg.lu, in_axes=1))(a)]
+    assert lu.shape == (2, 3, 5, 5) and ipiv.shape == (2, 3, 5) and info.shape == (2, 3)
+    assert_close(lu, stock[0], dtype)
+    np.testing.assert_array_equal(ipiv - 1, stock[1])
+    np.testing.assert_array_equal(info, np.zeros((2, 3)))
