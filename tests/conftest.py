@@ -2,8 +2,8 @@
 
 Every helper is a fixture (no test module imports this file): ``rng`` (seeded per test),
 ``dtype`` (the four LAPACK dtypes), ``random_matrix``, ``assert_close`` (tolerances per
-dtype), ``run_python`` (a fresh interpreter with this process's environment), ``installed``
-and ``known_bug`` (strict xfail for a ferrax bug found by these tests).
+dtype), ``run_python`` (a fresh interpreter with this process's environment) and
+``installed``.
 """
 
 from __future__ import annotations
@@ -122,30 +122,3 @@ def installed():
     assert ferrax.installed()
     yield
     ferrax.uninstall()
-
-
-#: Ferrax bugs found by this suite (see the report); tests that hit one apply its mark.
-KNOWN_BUGS = {
-    "vmap": pytest.mark.xfail(
-        strict=True, raises=AttributeError,
-        reason="ferrax bug: python/ferrax/_primitives.py _batch_at_front tests "
-               "`d is not batching.not_mapped`, which jax 0.10.2 no longer has (unmapped axes "
-               "are None), so every vmap of a ferrax primitive raises AttributeError"),
-    "empty_getrf": pytest.mark.xfail(
-        strict=True,
-        reason="ferrax bug: the getrf lowering (python/ferrax/_lowering.py) asks for a "
-               "column-major layout even for operands with zero elements; when such a result "
-               "leaves the computation, XLA's CPU compiler dies with SIGFPE "
-               "(EmitTiledFusionKernel) on the zero-sized layout-changing copy"),
-    "threefry_sharding": pytest.mark.xfail(
-        strict=True,
-        reason="ferrax bug: threefry is lowered with num_batch_dims == rank (no non-batch "
-               "dim); XLA's CustomCallBatchPartitioner then replicates the custom call, so "
-               "XLA all-gathers the counters and every device hashes the full array"),
-}
-
-
-@pytest.fixture
-def known_bug(request):
-    """``known_bug(name)``: marks the running test as a strict xfail for ``KNOWN_BUGS[name]``."""
-    return lambda name: request.applymarker(KNOWN_BUGS[name])

@@ -138,11 +138,9 @@ def _describe(outputs):
 
 @pytest.mark.parametrize("fn, mode", [("lu", "jit"), ("lu", "eager"), ("getrf", "jit")])
 @pytest.mark.parametrize("shape", EMPTY_SHAPES, ids=str)
-def test_empty_matrices(shape, fn, mode, run_python, known_bug):
+def test_empty_matrices(shape, fn, mode, run_python):
     *batch, m, n = shape
     k = min(m, n)
-    if (fn, mode) != ("lu", "jit") and m * n == 0:
-        known_bug("empty_getrf")
     stock = _describe(_stock_lu(np.ones(shape)))
     assert [x[:2] for x in stock] == [[list(shape), "float64"], [batch + [k], "int32"],
                                       [batch + [m], "int32"]]
@@ -180,8 +178,7 @@ def test_jit_inside_larger_function(dtype, random_matrix, assert_close):
 
 
 @pytest.mark.parametrize("in_axes", [0, 1, 2])
-def test_vmap_matches_stock(in_axes, dtype, random_matrix, assert_close, known_bug):
-    known_bug("vmap")
+def test_vmap_matches_stock(in_axes, dtype, random_matrix, assert_close):
     a = random_matrix((4, 3, 4) if in_axes == 1 else (3, 4, 4) if in_axes == 0 else (4, 4, 3), dtype)
     stock = [np.asarray(x) for x in jax.vmap(jax.lax.linalg.lu, in_axes=in_axes)(a)]
     _check_against_stock(jax.vmap(ferrax.linalg.lu, in_axes=in_axes)(a), stock, dtype, assert_close)
@@ -195,8 +192,7 @@ def test_vmap_matches_stock(in_axes, dtype, random_matrix, assert_close, known_b
         np.testing.assert_array_equal(single[2], stock[2][i])
 
 
-def test_nested_vmap_of_getrf(dtype, random_matrix, assert_close, known_bug):
-    known_bug("vmap")
+def test_nested_vmap_of_getrf(dtype, random_matrix, assert_close):
     a = random_matrix((2, 5, 3, 5), dtype)  # matrices are a[i, :, j, :]
     f = jax.vmap(jax.vmap(ferrax.linalg.getrf, in_axes=1), in_axes=0)
     lu, ipiv, info = map(np.asarray, f(a))

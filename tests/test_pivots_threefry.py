@@ -52,8 +52,7 @@ def test_pivots_jit_matches_stock(rng):
     assert "ferrax_lu_pivots_to_permutation" in f.lower(pivots, 9).as_text()
 
 
-def test_pivots_vmap_matches_stock(rng, known_bug):
-    known_bug("vmap")
+def test_pivots_vmap_matches_stock(rng):
     pivots = _random_pivots(rng, (3, 4), 4, 6)  # vmap over axis 1
     f = jax.vmap(lambda x: ferrax.linalg.lu_pivots_to_permutation(x, 6), in_axes=1)
     g = jax.vmap(lambda x: jax.lax.linalg.lu_pivots_to_permutation(x, 6), in_axes=1)
@@ -145,8 +144,7 @@ def test_threefry2x32_per_element_keys_differ(rng):
     assert not np.array_equal(a[0], b[0]) and not np.array_equal(a[1], b[1])
 
 
-def test_threefry2x32_vmap(rng, known_bug):
-    known_bug("vmap")
+def test_threefry2x32_vmap(rng):
     keys = _random_u32(rng, (5, 2))
     count = _random_u32(rng, (9,))
     got = jax.vmap(ferrax.random.threefry_2x32, in_axes=(0, None))(keys, count)

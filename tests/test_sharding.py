@@ -143,8 +143,7 @@ def test_explicit_threefry_sharded_bit_exact(sharded):
 
 
 @pytest.mark.parametrize("name", ["bits", "threefry"])
-def test_threefry_partitioned_per_device(name, sharded, known_bug):
-    known_bug("threefry_sharding")
+def test_threefry_partitioned_per_device(name, sharded):
     entry = sharded[0][name]
     calls = _calls(entry, "ferrax_threefry2x32")
     assert len(calls) == 1, entry["custom_calls"]

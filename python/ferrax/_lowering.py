@@ -41,12 +41,16 @@ def batched_ffi_lowering(target: str, *, num_non_batch_dims: int, column_major: 
     def rule(ctx, *args, **attrs):
         avals = (*ctx.avals_in, *ctx.avals_out)
         max_rank = max(len(a.shape) for a in ctx.avals_in)
+        static = all(is_constant_shape(a.shape) for a in avals)
+        # An empty array has no data to lay out, and XLA's CPU compiler crashes on the
+        # zero-sized layout-changing copy a column-major request would add around it.
+        empty = static and any(0 in a.shape for a in avals)
         layout = lambda a: (column_major_layout(len(a.shape))
-                            if column_major and len(a.shape) == max_rank else None)
+                            if column_major and not empty and len(a.shape) == max_rank else None)
         num_batch_dims = max_rank - num_non_batch_dims
         extra = None
-        # As in jaxlib, symbolic shapes are not partitioned.
-        if all(is_constant_shape(a.shape) for a in avals):
+        # As in jaxlib, symbolic shapes are not partitioned; nor is a call without a batch.
+        if static and num_batch_dims > 0:
             extra = {"mhlo.frontend_attributes":
                      mlir.ir_attribute({"num_batch_dims": str(num_batch_dims)})}
             if config.use_shardy_partitioner.value:

@@ -23,7 +23,7 @@ _LAPACK_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.complex64, np.c
 
 
 def _batch_at_front(prim, args, dims, **params):
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not batching.not_mapped)
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
     args = [batching.bdim_at_front(x, d, size) for x, d in zip(args, dims)]
     out = prim.bind(*args, **params)
     return out, ((0,) * len(out) if prim.multiple_results else 0)
@@ -76,13 +76,16 @@ lu_pivots_to_permutation_p = _primitive(
 
 def _threefry_abstract_eval(*args):
     shape = args[0].shape
-    if any(x.shape != shape or dtypes.dtype(x.dtype) != np.uint32 for x in args):
-        raise TypeError(f"{THREEFRY2X32}: expected four uint32 arrays of one shape, got "
-                        + ", ".join(f"{x.dtype}{list(x.shape)}" for x in args))
+    if (not shape or shape[-1] != 1
+            or any(x.shape != shape or dtypes.dtype(x.dtype) != np.uint32 for x in args)):
+        raise TypeError(f"{THREEFRY2X32}: expected four uint32 arrays of one shape [..., 1], "
+                        "got " + ", ".join(f"{x.dtype}{list(x.shape)}" for x in args))
     out = core.ShapedArray(shape, np.dtype(np.uint32))
     return out, out
 
 
-#: Threefry-2x32 of ``(key0, key1)`` over counters ``(x0, x1)``, all uint32 of one shape.
+#: Threefry-2x32 of ``(key0, key1)`` over counters ``(x0, x1)``, all uint32 of one shape
+#: ending in a unit dimension: XLA's batch partitioner only splits custom calls with at least
+#: one non-batch dimension, so the wrappers add one and every other dimension is a batch.
 threefry2x32_p = _primitive(THREEFRY2X32, _threefry_abstract_eval, batched_ffi_lowering(
-    THREEFRY2X32, num_non_batch_dims=0, column_major=False))
+    THREEFRY2X32, num_non_batch_dims=1, column_major=False))

@@ -17,7 +17,9 @@ def threefry2x32(key0, key1, x0, x1):
     register()
     args = [jnp.asarray(v, dtype=jnp.uint32) for v in (key0, key1, x0, x1)]
     shape = jnp.broadcast_shapes(*(v.shape for v in args))
-    return tuple(threefry2x32_p.bind(*(jnp.broadcast_to(v, shape) for v in args)))
+    # The primitive takes a trailing unit dimension (see threefry2x32_p).
+    out = threefry2x32_p.bind(*(jnp.broadcast_to(v, shape)[..., None] for v in args))
+    return tuple(y[..., 0] for y in out)
 
 
 def threefry_2x32(key, count):
