@@ -39,6 +39,7 @@ targets!(
     ),
     (ops::getrf::TARGET, "cpu", ops::getrf::ferrax_cpu_getrf),
     (ops::potrf::TARGET, "cpu", ops::potrf::ferrax_cpu_potrf),
+    (ops::svd::TARGET, "cpu", ops::svd::ferrax_cpu_gesdd),
 );
 
 /// Returns the target table and writes its length to `count`.

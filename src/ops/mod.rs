@@ -4,6 +4,7 @@
 pub mod getrf;
 pub mod pivots;
 pub mod potrf;
+pub mod svd;
 pub mod threefry;
 
 use crate::ffi::{Error, Result, ThreadPool};
