@@ -29,6 +29,7 @@ _saved: dict | None = None
 _LAPACK_TARGETS = {
     "getrf_ffi": _primitives.GETRF,
     "potrf_ffi": "ferrax_potrf",
+    "gesdd_ffi": "ferrax_gesdd",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 
