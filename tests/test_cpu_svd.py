@@ -225,3 +225,11 @@ def test_raw_modes_and_empty_matrices(mode):
         if mode == ord("A"):  # jax's own empty SVD: identity U and V^T
             np.testing.assert_array_equal(u, np.broadcast_to(np.eye(u.shape[-1]), u.shape))
             np.testing.assert_array_equal(vt, np.broadcast_to(np.eye(vt.shape[-1]), vt.shape))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batch_split_across_threads_matches_stock(stock_vs_ferrax, dtype):
+    # 48 x 40 matrices cost more than one task's minimum, so the batch runs in several chunks.
+    a = random_matrix((16, 48, 40), dtype)
+    expected, got = stock_vs_ferrax(jax.jit(all_modes), a)
+    assert_same(expected, got, dtype)
