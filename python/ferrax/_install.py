@@ -36,6 +36,7 @@ _LAPACK_TARGETS = {
     "ungqr_ffi": "ferrax_orgqr",
     "syevd_ffi": "ferrax_syevd",
     "heevd_ffi": "ferrax_syevd",
+    "gesdd_ffi": "ferrax_gesdd",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 

@@ -1,0 +1,345 @@
+//! `gesdd`: singular value decomposition by divide and conquer, jaxlib's `lapack_?gesdd_ffi`
+//! contract: column-major `[..., m, n]` in (overwritten: it aliases result 0), real singular
+//! values `[..., min(m, n)]`, `u` `[..., m, m or k]`, `vt` `[..., n or k, n]` and S32 `info`
+//! `[...]` out. Attribute `mode`: u8 'A' (full U, V^T), 'S' (the first k columns/rows) or 'N'
+//! (singular values only; `u` and `vt` are still passed, and `ldvt` is `vt`'s row count).
+
+use crate::ffi::{Buffer, DataType, Error, MatrixBatch, NativeType, Result, ThreadPool};
+use crate::ffi_handler;
+use crate::ops::{char_attr, for_each_chunk, lapack_dim, routine, SharedMut};
+use ferrax_cpu_fallback::{ComplexLapack, GesddComplex, GesddReal, Lapack, Real, RealLapack};
+use num_complex::Complex;
+use std::ffi::{c_char, CStr};
+
+pub const TARGET: &CStr = c"ferrax_gesdd";
+
+ffi_handler! {
+    /// SVD on the host through LAPACK's `?gesdd`, batch split across XLA's thread pool.
+    pub fn ferrax_cpu_gesdd = TARGET;
+    ctx pool: ThreadPool;
+    arg x: Buffer;
+    ret x_out: Buffer;
+    ret s: Buffer;
+    ret u: Buffer;
+    ret vt: Buffer;
+    ret info: Buffer;
+    attr mode: u8;
+    traits = 0;
+    body = gesdd_cpu;
+}
+
+#[allow(clippy::too_many_arguments)] // one parameter per operand, as ffi_handler! passes them
+fn gesdd_cpu(
+    pool: ThreadPool<'_>,
+    x: Buffer<'_>,
+    x_out: Buffer<'_>,
+    s: Buffer<'_>,
+    u: Buffer<'_>,
+    vt: Buffer<'_>,
+    info: Buffer<'_>,
+    mode: u8,
+) -> Result<()> {
+    let jobz = char_attr("mode", mode, b"ASNO")?;
+    if mode == b'O' {
+        // As jaxlib: 'O' would overwrite `x` with part of U or V^T, which no lowering asks for.
+        return Err(Error::unimplemented(
+            "attribute 'mode': 'O' (U or V^T written over the input) is not supported",
+        ));
+    }
+    let outputs = Outputs {
+        x_out,
+        s,
+        u,
+        vt,
+        info,
+    };
+    match x.dtype() {
+        DataType::F32 => gesdd_typed::<f32>(pool, x, outputs, jobz),
+        DataType::F64 => gesdd_typed::<f64>(pool, x, outputs, jobz),
+        DataType::C64 => gesdd_typed::<Complex<f32>>(pool, x, outputs, jobz),
+        DataType::C128 => gesdd_typed::<Complex<f64>>(pool, x, outputs, jobz),
+        other => Err(x.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
+    }
+}
+
+/// The handler's results, in signature order.
+struct Outputs<'a> {
+    x_out: Buffer<'a>,
+    s: Buffer<'a>,
+    u: Buffer<'a>,
+    vt: Buffer<'a>,
+    info: Buffer<'a>,
+}
+
+fn gesdd_typed<T: Gesdd>(
+    pool: ThreadPool<'_>,
+    x: Buffer<'_>,
+    out: Outputs<'_>,
+    jobz: c_char,
+) -> Result<()> {
+    let shape = MatrixBatch::of(&x)?;
+    let batch_dims = shape.batch_dims(&x);
+    let (rows, cols) = (shape.rows, shape.cols);
+    let k = rows.min(cols);
+    out.s.expect_dtype(<Real<T>>::DTYPE)?;
+    out.s.expect_dims(&[batch_dims, &[k as i64]].concat())?;
+    // With 'N' LAPACK never touches `u` and `vt`; jax then sizes them by `full_matrices`.
+    let (u_shapes, vt_shapes) = match jobz as u8 {
+        b'A' => (vec![[rows, rows]], vec![[cols, cols]]),
+        b'S' => (vec![[rows, k]], vec![[k, cols]]),
+        _ => (vec![[rows, rows], [rows, k]], vec![[cols, cols], [k, cols]]),
+    };
+    let [u_rows, u_cols] = expect_matrices::<T>(&out.u, batch_dims, &u_shapes)?;
+    let [vt_rows, vt_cols] = expect_matrices::<T>(&out.vt, batch_dims, &vt_shapes)?;
+    out.info.expect_dtype(DataType::S32)?;
+    out.info.expect_dims(batch_dims)?;
+    let call = Call {
+        jobz,
+        m: lapack_dim(&x, rows)?,
+        n: lapack_dim(&x, cols)?,
+        lda: lapack_dim(&x, rows.max(1))?,
+        ldu: lapack_dim(&out.u, u_rows.max(1))?,
+        ldvt: lapack_dim(&out.vt, vt_rows.max(1))?,
+    };
+    x.copy_into(&out.x_out)?;
+    if shape.batch == 0 {
+        return Ok(());
+    }
+    // SAFETY: `x` is no longer read; the results are distinct buffers.
+    let (a, s, u, vt, info) = unsafe {
+        (
+            out.x_out.as_mut_slice::<T>()?,
+            out.s.as_mut_slice::<Real<T>>()?,
+            out.u.as_mut_slice::<T>()?,
+            out.vt.as_mut_slice::<T>()?,
+            out.info.as_mut_slice::<i32>()?,
+        )
+    };
+    if k == 0 {
+        // An empty matrix has the empty SVD. LAPACK would return at once and leave U and V^T
+        // unwritten, so give what jax's own lowering gives: identity U and V^T.
+        info.fill(0);
+        fill_identity(u, u_rows, u_cols);
+        fill_identity(vt, vt_rows, vt_cols);
+        return Ok(());
+    }
+    let gesdd = T::routine()?;
+    let lwork = optimal_lwork::<T>(gesdd, &call)?;
+    let rwork_len = T::rwork_len(rows, cols, jobz).ok_or_else(|| {
+        x.mismatch(
+            "a real workspace that fits in memory".into(),
+            format!("shape {:?}", x.dims()),
+        )
+    })?;
+    let iwork_len = 8 * k;
+    let (a_len, u_len, vt_len) = (shape.matrix_len(), u_rows * u_cols, vt_rows * vt_cols);
+    let (a, s, u, vt, info) = (
+        SharedMut(a.as_mut_ptr()),
+        SharedMut(s.as_mut_ptr()),
+        SharedMut(u.as_mut_ptr()),
+        SharedMut(vt.as_mut_ptr()),
+        SharedMut(info.as_mut_ptr()),
+    );
+    // Roughly the bidiagonalization's 4mnk flops.
+    let flops = a_len.saturating_mul(4 * k).max(1);
+    for_each_chunk(&pool, shape.batch, flops, &|range| {
+        let mut workspace = Workspace::<T> {
+            work: vec![T::default(); lwork as usize],
+            rwork: vec![<Real<T>>::default(); rwork_len],
+            iwork: vec![0; iwork_len],
+        };
+        for b in range {
+            // SAFETY: matrix `b` of each result is written by this task alone, within the
+            // shapes checked above; the workspace has the sizes LAPACK asked for.
+            unsafe {
+                let matrix = Matrix {
+                    a: a.at(b * a_len),
+                    s: s.at(b * k),
+                    u: u.at(b * u_len),
+                    vt: vt.at(b * vt_len),
+                    info: info.at(b),
+                };
+                T::gesdd(gesdd, &call, &matrix, &mut workspace, lwork);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Checks `buffer`'s dtype (`T`) and that its shape is `[batch..., r, c]` for one of the
+/// allowed `[r, c]`; returns the matching one.
+fn expect_matrices<T: NativeType>(
+    buffer: &Buffer<'_>,
+    batch_dims: &[i64],
+    allowed: &[[usize; 2]],
+) -> Result<[usize; 2]> {
+    buffer.expect_dtype(T::DTYPE)?;
+    let full = |[r, c]: [usize; 2]| [batch_dims, &[r as i64, c as i64]].concat();
+    if let Some(&found) = allowed.iter().find(|&&m| buffer.dims() == full(m)) {
+        return Ok(found);
+    }
+    let mut expected: Vec<String> = allowed.iter().map(|&m| format!("{:?}", full(m))).collect();
+    expected.dedup();
+    Err(buffer.mismatch(
+        format!("shape {}", expected.join(" or ")),
+        format!("shape {:?}", buffer.dims()),
+    ))
+}
+
+/// Sets every column-major `rows x cols` matrix in `data` to the identity.
+fn fill_identity<T: Gesdd>(data: &mut [T], rows: usize, cols: usize) {
+    for (i, value) in data.iter_mut().enumerate() {
+        let within = i % (rows * cols);
+        *value = if within % rows == within / rows {
+            T::ONE
+        } else {
+            T::default()
+        };
+    }
+}
+
+/// The `lwork = -1` query for the batch's matrix shape (the same for every matrix).
+fn optimal_lwork<T: Gesdd>(gesdd: T::Routine, call: &Call) -> Result<i32> {
+    let mut query = Workspace::<T> {
+        work: vec![T::default()],
+        rwork: Vec::new(),
+        iwork: Vec::new(),
+    };
+    let mut info = 0;
+    let matrix = Matrix::<T> {
+        a: std::ptr::null_mut(),
+        s: std::ptr::null_mut(),
+        u: std::ptr::null_mut(),
+        vt: std::ptr::null_mut(),
+        info: &mut info,
+    };
+    // SAFETY: a workspace query reads only the scalar arguments and writes `work[0]` and
+    // `info` (jaxlib passes null matrices too).
+    unsafe { T::gesdd(gesdd, call, &matrix, &mut query, -1) };
+    let lwork = query.work[0].real_part().ceil();
+    if info != 0 || !(1.0..=f64::from(i32::MAX)).contains(&lwork) {
+        return Err(Error::internal(format!(
+            "gesdd workspace query failed (info {info}, lwork {lwork})"
+        )));
+    }
+    Ok(lwork as i32)
+}
+
+/// The scalar arguments of every `?gesdd` call of one batch.
+struct Call {
+    jobz: c_char,
+    m: i32,
+    n: i32,
+    lda: i32,
+    ldu: i32,
+    ldvt: i32,
+}
+
+/// One matrix's operands.
+struct Matrix<T: Lapack> {
+    a: *mut T,
+    s: *mut Real<T>,
+    u: *mut T,
+    vt: *mut T,
+    info: *mut i32,
+}
+
+/// LAPACK scratch, allocated once per chunk of the batch.
+struct Workspace<T: Lapack> {
+    work: Vec<T>,
+    rwork: Vec<Real<T>>,
+    iwork: Vec<i32>,
+}
+
+/// `?gesdd` for one scalar type: the real routines have no `rwork`, the complex ones do.
+trait Gesdd: NativeType + Lapack<Real: NativeType + Default> + Default {
+    const ONE: Self;
+    type Routine: Copy + Send + Sync;
+    fn routine() -> Result<Self::Routine>;
+    /// jaxlib's `rwork` length (none for real scalars), or `None` on overflow.
+    fn rwork_len(m: usize, n: usize, jobz: c_char) -> Option<usize>;
+    /// The real part, where a workspace query leaves the optimal size.
+    fn real_part(self) -> f64;
+    /// # Safety
+    /// The pointers must be valid for the shapes in `call`, the workspace at least as large as
+    /// `lwork` (or `lwork` -1 for a query).
+    unsafe fn gesdd(
+        f: Self::Routine,
+        call: &Call,
+        x: &Matrix<Self>,
+        work: &mut Workspace<Self>,
+        lwork: i32,
+    );
+}
+
+macro_rules! gesdd_real {
+    ($($t:ty),*) => {$(
+        impl Gesdd for $t {
+            const ONE: Self = 1.0;
+            type Routine = GesddReal<$t>;
+            fn routine() -> Result<Self::Routine> {
+                routine(<$t as RealLapack>::gesdd())
+            }
+            fn rwork_len(_: usize, _: usize, _: c_char) -> Option<usize> {
+                Some(0)
+            }
+            fn real_part(self) -> f64 {
+                self.into()
+            }
+            unsafe fn gesdd(
+                f: Self::Routine,
+                c: &Call,
+                x: &Matrix<Self>,
+                w: &mut Workspace<Self>,
+                lwork: i32,
+            ) {
+                f(
+                    &c.jobz, &c.m, &c.n, x.a, &c.lda, x.s, x.u, &c.ldu, x.vt, &c.ldvt,
+                    w.work.as_mut_ptr(), &lwork, w.iwork.as_mut_ptr(), x.info,
+                )
+            }
+        }
+    )*};
+}
+gesdd_real!(f32, f64);
+
+macro_rules! gesdd_complex {
+    ($($t:ty),*) => {$(
+        impl Gesdd for Complex<$t> {
+            const ONE: Self = Complex::new(1.0, 0.0);
+            type Routine = GesddComplex<Complex<$t>>;
+            fn routine() -> Result<Self::Routine> {
+                routine(<Complex<$t> as ComplexLapack>::gesdd())
+            }
+            fn rwork_len(m: usize, n: usize, jobz: c_char) -> Option<usize> {
+                let (mn, mx) = (m.min(n), m.max(n));
+                let len = if jobz as u8 == b'N' {
+                    mn.checked_mul(7)?
+                } else {
+                    let sq = mn.checked_mul(mn)?;
+                    let a = sq.checked_mul(5)?.checked_add(mn.checked_mul(5)?)?;
+                    let b = mx.checked_mul(mn)?.checked_add(sq)?.checked_mul(2)?.checked_add(mn)?;
+                    a.max(b)
+                };
+                Some(len.max(1))
+            }
+            fn real_part(self) -> f64 {
+                self.re.into()
+            }
+            unsafe fn gesdd(
+                f: Self::Routine,
+                c: &Call,
+                x: &Matrix<Self>,
+                w: &mut Workspace<Self>,
+                lwork: i32,
+            ) {
+                f(
+                    &c.jobz, &c.m, &c.n, x.a, &c.lda, x.s, x.u, &c.ldu, x.vt, &c.ldvt,
+                    w.work.as_mut_ptr(), &lwork, w.rwork.as_mut_ptr(), w.iwork.as_mut_ptr(),
+                    x.info,
+                )
+            }
+        }
+    )*};
+}
+gesdd_complex!(f32, f64);

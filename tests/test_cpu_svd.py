@@ -1,0 +1,235 @@
+"""ferrax_gesdd (jaxlib's lapack_?gesdd_ffi contract) through ferrax.install(): jax's SVD-based
+functions against stock jax computed first, plus the raw target's error messages."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+jax.config.update("jax_enable_x64", True)
+
+import ferrax  # noqa: E402  (after x64, so that float64 inputs stay float64)
+
+TARGET = "ferrax_gesdd"
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+BATCHES = [(), (3,), (2, 2)]
+SHAPES = [(4, 4), (6, 3), (3, 5)]
+
+rng = np.random.default_rng()
+
+
+def random_matrix(shape, dtype):
+    a = rng.standard_normal(shape)
+    if np.issubdtype(dtype, np.complexfloating):
+        a = a + 1j * rng.standard_normal(shape)
+    return a.astype(dtype)
+
+
+def tolerance(dtype):
+    return 50 * np.finfo(dtype).eps
+
+
+@pytest.fixture
+def stock_vs_ferrax():
+    """``run(fn, *args)``: ``fn``'s outputs with stock jax, then with ferrax installed."""
+
+    def run(fn, *args):
+        ferrax.uninstall()
+        expected = jax.tree.map(np.asarray, fn(*args))
+        ferrax.install()
+        got = jax.tree.map(np.asarray, fn(*args))
+        return expected, got
+
+    yield run
+    ferrax.uninstall()
+
+
+def assert_same(expected, got, dtype):
+    """Same shapes, dtypes and NaN pattern; values equal up to a few ulps (in practice
+    bit-identical: both sides call the same LAPACK routine)."""
+    for e, g in zip(jax.tree.leaves(expected), jax.tree.leaves(got)):
+        assert e.shape == g.shape and e.dtype == g.dtype
+        np.testing.assert_array_equal(np.isnan(e), np.isnan(g))
+        scale = max(1.0, float(np.nanmax(np.abs(e), initial=0.0)))
+        np.testing.assert_allclose(g, e, rtol=0, atol=tolerance(dtype) * scale)
+
+
+def all_modes(a):
+    full = jnp.linalg.svd(a, full_matrices=True)
+    reduced = jnp.linalg.svd(a, full_matrices=False)
+    values = jnp.linalg.svd(a, compute_uv=False)
+    return full, reduced, values
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_svd_matches_stock_and_reconstructs(stock_vs_ferrax, dtype, batch, shape):
+    a = random_matrix(batch + shape, dtype)
+    expected, got = stock_vs_ferrax(jax.jit(all_modes), a)
+    assert_same(expected, got, dtype)
+
+    (u, s, vt), (ur, sr, vtr), values = got
+    m, n = shape
+    k = min(m, n)
+    assert u.shape == batch + (m, m) and vt.shape == batch + (n, n)
+    assert ur.shape == batch + (m, k) and vtr.shape == batch + (k, n)
+    assert s.dtype == values.dtype == np.finfo(dtype).dtype
+    atol = 10 * tolerance(dtype) * max(1.0, np.abs(a).max() * k)
+    np.testing.assert_allclose((ur * sr[..., None, :]) @ vtr, a, rtol=0, atol=atol)
+    np.testing.assert_allclose((u[..., :, :k] * s[..., None, :]) @ vt[..., :k, :], a, rtol=0, atol=atol)
+    eye = lambda size: np.broadcast_to(np.eye(size), batch + (size, size))  # noqa: E731
+    np.testing.assert_allclose(np.conj(np.swapaxes(u, -1, -2)) @ u, eye(m), rtol=0, atol=atol)
+    np.testing.assert_allclose(vt @ np.conj(np.swapaxes(vt, -1, -2)), eye(n), rtol=0, atol=atol)
+    np.testing.assert_allclose(values, s, rtol=0, atol=atol)
+    assert np.all(np.diff(s, axis=-1) <= 0) and np.all(s >= 0)
+
+
+def lax_svd(a):
+    return jax.lax.linalg.svd(a, full_matrices=False)
+
+
+SVD_USERS = {
+    "jnp.linalg.svd": jnp.linalg.svd,
+    "jnp.linalg.pinv": jnp.linalg.pinv,
+    "jnp.linalg.matrix_rank": jnp.linalg.matrix_rank,
+    "jnp.linalg.norm(ord=2)": lambda a: jnp.linalg.norm(a, ord=2, axis=(-2, -1)),
+    "jax.scipy.linalg.svd": lambda a: jax.scipy.linalg.svd(a[0]),
+    "jax.lax.linalg.svd": lax_svd,
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", SVD_USERS)
+def test_jax_functions_route_to_ferrax(stock_vs_ferrax, dtype, name):
+    fn = jax.jit(SVD_USERS[name])
+    a = random_matrix((2, 5, 3), dtype)
+    assert TARGET not in fn.lower(a).as_text()
+    expected, got = stock_vs_ferrax(fn, a)
+    assert TARGET in fn.lower(a).as_text()
+    assert_same(expected, got, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_vmap_and_jit(stock_vs_ferrax, dtype):
+    a = random_matrix((3, 2, 4, 5), dtype)
+    fn = jax.jit(jax.vmap(jax.vmap(lambda x: jnp.linalg.svd(x, full_matrices=False)), in_axes=1))
+    expected, got = stock_vs_ferrax(fn, a)
+    assert_same(expected, got, dtype)
+    assert TARGET in fn.lower(a).as_text()
+
+
+def special_inputs(dtype):
+    """A batch of rank-deficient, ill-conditioned and NaN matrices."""
+    a = random_matrix((5, 5, 4), dtype)
+    a[0] = random_matrix((5, 2), dtype) @ random_matrix((2, 4), dtype)  # rank 2
+    a[1] = a[1] * np.logspace(0, -30 if np.finfo(dtype).bits >= 64 else -12, 4)  # cond huge
+    a[2, :, 1] = a[2, :, 0]  # two equal columns
+    a[3, 1, 2] = np.nan
+    a[4] = np.outer(random_matrix((5,), dtype), random_matrix((4,), dtype))  # rank 1
+    return a
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_singular_ill_conditioned_and_nan_match_stock(stock_vs_ferrax, dtype):
+    a = special_inputs(dtype)
+    expected, got = stock_vs_ferrax(jax.jit(all_modes), a)
+    assert_same(expected, got, dtype)
+    s = got[0][1]
+    assert np.isnan(s[3]).all() and not np.isnan(s[[0, 1, 2, 4]]).any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_inf_singular_values_match_stock(stock_vs_ferrax, dtype):
+    # Values only: with U/V^T, OpenBLAS's ?gesdd never returns on an inf input (stock jax
+    # hangs the same way), so that case is not exercised.
+    a = random_matrix((2, 5, 4), dtype)
+    a[1, 0, 0] = np.inf
+    expected, got = stock_vs_ferrax(jax.jit(lambda x: jnp.linalg.svd(x, compute_uv=False)), a)
+    assert_same(expected, got, dtype)
+    assert np.isnan(got[1]).all() and not np.isnan(got[0]).any()
+
+
+@pytest.mark.parametrize("shape", [(0, 4, 3), (2, 0, 3, 5), (3, 0), (4, 0), (0, 3), (2, 0, 4), (2, 4, 0)])
+def test_zero_size_matches_stock(stock_vs_ferrax, shape):
+    a = np.full(shape, 1.5)  # no entries or none read; the value is irrelevant
+    expected, got = stock_vs_ferrax(jax.jit(all_modes), a)
+    assert_same(expected, got, np.float64)
+    if 0 in shape[:-2]:  # batch 0 reaches the target; m = 0 or n = 0 jax lowers itself
+        assert TARGET in jax.jit(all_modes).lower(a).as_text()
+
+
+# --- the raw target ----------------------------------------------------------------------
+
+
+def raw_gesdd(a, mode=np.uint8(ord("A")), s_dtype=None, u_cols=None):
+    """The target called directly with jaxlib's operands (row-major layouts: fine for errors
+    and identities)."""
+    *batch, m, n = a.shape
+    k = min(m, n)
+    full = mode == np.uint8(ord("A"))
+    s_dtype = s_dtype or np.finfo(a.dtype).dtype if a.dtype.kind in "fc" else np.float32
+    results = [
+        jax.ShapeDtypeStruct(a.shape, a.dtype),
+        jax.ShapeDtypeStruct((*batch, k), s_dtype),
+        jax.ShapeDtypeStruct((*batch, m, u_cols or (m if full else k)), a.dtype),
+        jax.ShapeDtypeStruct((*batch, n if full else k, n), a.dtype),
+        jax.ShapeDtypeStruct(tuple(batch), np.int32),
+    ]
+    call = jax.ffi.ffi_call(TARGET, results, input_output_aliases={0: 0})
+    return jax.block_until_ready(call(a, mode=mode))
+
+
+def raw_error(*args, **kwargs):
+    with pytest.raises(Exception) as failure:
+        raw_gesdd(*args, **kwargs)
+    message = str(failure.value)
+    assert TARGET in message
+    return message
+
+
+def test_raw_wrong_dtype_names_operand():
+    message = raw_error(rng.integers(1, 9, (3, 3), dtype=np.int32))
+    assert "operand 0 'x'" in message and "s32" in message
+
+
+def test_raw_wrong_result_names_result():
+    a = random_matrix((2, 4, 3), np.complex64)
+    assert "result 1 's'" in raw_error(a, s_dtype=np.complex64)
+    assert "result 2 'u'" in raw_error(a, u_cols=2)
+
+
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        (np.uint8(ord("Q")), "attribute 'mode': expected one of 'A', 'S', 'N', 'O', got 81"),
+        (ord("A"), "attribute 'mode': expected u8 scalar, got s64 scalar"),
+        ("A", "attribute 'mode': expected u8 scalar, got string"),
+        (np.uint8(ord("O")), "attribute 'mode': 'O'"),
+    ],
+)
+def test_raw_wrong_attribute_names_attribute(mode, expected):
+    assert expected in raw_error(random_matrix((4, 4), np.float64), mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["A", "S", "N"])
+def test_raw_modes_and_empty_matrices(mode):
+    mode = np.uint8(ord(mode))
+    a = random_matrix((2, 4, 4), np.float64)  # square: row-major layout only transposes
+    x_out, s, _, _, info = raw_gesdd(a, mode=mode)
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-12)
+    assert (info == 0).all() and x_out.shape == a.shape
+    for shape in [(2, 3, 0), (2, 0, 3)]:
+        _, s, u, vt, info = raw_gesdd(random_matrix(shape, np.float64), mode=mode)
+        assert s.shape == (2, 0) and (info == 0).all()
+        if mode == ord("A"):  # jax's own empty SVD: identity U and V^T
+            np.testing.assert_array_equal(u, np.broadcast_to(np.eye(u.shape[-1]), u.shape))
+            np.testing.assert_array_equal(vt, np.broadcast_to(np.eye(vt.shape[-1]), vt.shape))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batch_split_across_threads_matches_stock(stock_vs_ferrax, dtype):
+    # 48 x 40 matrices cost more than one task's minimum, so the batch runs in several chunks.
+    a = random_matrix((16, 48, 40), dtype)
+    expected, got = stock_vs_ferrax(jax.jit(all_modes), a)
+    assert_same(expected, got, dtype)
