@@ -141,13 +141,25 @@ def test_singular_ill_conditioned_and_nan_match_stock(stock_vs_ferrax, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_inf_singular_values_match_stock(stock_vs_ferrax, dtype):
-    # Values only: with U/V^T, OpenBLAS's ?gesdd never returns on an inf input (stock jax
-    # hangs the same way), so that case is not exercised.
     a = random_matrix((2, 5, 4), dtype)
     a[1, 0, 0] = np.inf
     expected, got = stock_vs_ferrax(jax.jit(lambda x: jnp.linalg.svd(x, compute_uv=False)), a)
     assert_same(expected, got, dtype)
     assert np.isnan(got[1]).all() and not np.isnan(got[0]).any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_non_finite_input_with_vectors_returns_nan(installed, dtype, bad):
+    # OpenBLAS's ?gesdd never returns here (stock jax hangs), so ferrax does not call it:
+    # the matrix reports info = -4 and jax fills its outputs with NaN.
+    a = random_matrix((3, 5, 4), dtype)
+    a[1, 2, 3] = bad
+    u, s, vt = map(np.asarray, jax.jit(jnp.linalg.svd)(a))
+    for x in (u, s, vt):
+        assert np.isnan(x[1]).all() and not np.isnan(x[[0, 2]]).any()
+    np.testing.assert_allclose(s[[0, 2]], np.linalg.svd(a[[0, 2]], compute_uv=False),
+                               rtol=1e-4 if np.finfo(dtype).bits == 32 else 1e-10)
 
 
 @pytest.mark.parametrize("shape", [(0, 4, 3), (2, 0, 3, 5), (3, 0), (4, 0), (0, 3), (2, 0, 4), (2, 4, 0)])

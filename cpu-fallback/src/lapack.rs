@@ -86,6 +86,24 @@ families! {
                       m: *const I, n: *const I, alpha: *const T, a: *const T, lda: *const I,
                       b: *mut T, ldb: *const I)
             = ["strsm", "dtrsm", "ctrsm", "ztrsm"];
+        /// `?ormqr` / `?unmqr`: multiplies by Q from Householder reflectors.
+        ormqr: Ormqr<T>(side: *const C, trans: *const C, m: *const I, n: *const I, k: *const I,
+                        a: *const T, lda: *const I, tau: *const T, c: *mut T, ldc: *const I,
+                        work: *mut T, lwork: *const I, info: *mut I)
+            = ["sormqr", "dormqr", "cunmqr", "zunmqr"];
+        /// `?gehrd`: reduction to upper Hessenberg form.
+        gehrd: Gehrd<T>(n: *const I, ilo: *const I, ihi: *const I, a: *mut T, lda: *const I,
+                        tau: *mut T, work: *mut T, lwork: *const I, info: *mut I)
+            = ["sgehrd", "dgehrd", "cgehrd", "zgehrd"];
+        /// `?sytrd` / `?hetrd`: reduction to real symmetric tridiagonal form.
+        sytrd: Sytrd<T>(uplo: *const C, n: *const I, a: *mut T, lda: *const I, d: *mut Real<T>,
+                        e: *mut Real<T>, tau: *mut T, work: *mut T, lwork: *const I,
+                        info: *mut I)
+            = ["ssytrd", "dsytrd", "chetrd", "zhetrd"];
+        /// `?gtsv`: tridiagonal solve with partial pivoting.
+        gtsv: Gtsv<T>(n: *const I, nrhs: *const I, dl: *mut T, d: *mut T, du: *mut T, b: *mut T,
+                      ldb: *const I, info: *mut I)
+            = ["sgtsv", "dgtsv", "cgtsv", "zgtsv"];
     }
     real {
         /// `?syevd`: symmetric eigendecomposition, divide and conquer.
@@ -98,6 +116,26 @@ families! {
                             s: *mut T, u: *mut T, ldu: *const I, vt: *mut T, ldvt: *const I,
                             work: *mut T, lwork: *const I, iwork: *mut I, info: *mut I)
             = ["sgesdd", "dgesdd"];
+        /// `?geqp3` (real): QR with column pivoting.
+        geqp3: Geqp3Real<T>(m: *const I, n: *const I, a: *mut T, lda: *const I, jpvt: *mut I,
+                            tau: *mut T, work: *mut T, lwork: *const I, info: *mut I)
+            = ["sgeqp3", "dgeqp3"];
+        /// `?gesvd` (real): SVD, QR iteration.
+        gesvd: GesvdReal<T>(jobu: *const C, jobvt: *const C, m: *const I, n: *const I, a: *mut T,
+                            lda: *const I, s: *mut T, u: *mut T, ldu: *const I, vt: *mut T,
+                            ldvt: *const I, work: *mut T, lwork: *const I, info: *mut I)
+            = ["sgesvd", "dgesvd"];
+        /// `?geev` (real): eigenvalues as (wr, wi), packed real eigenvectors.
+        geev: GeevReal<T>(jobvl: *const C, jobvr: *const C, n: *const I, a: *mut T, lda: *const I,
+                          wr: *mut T, wi: *mut T, vl: *mut T, ldvl: *const I, vr: *mut T,
+                          ldvr: *const I, work: *mut T, lwork: *const I, info: *mut I)
+            = ["sgeev", "dgeev"];
+        /// `?gees` (real): Schur form; `select` may be null when `sort` is 'N'.
+        gees: GeesReal<T>(jobvs: *const C, sort: *const C, select: *mut std::ffi::c_void,
+                          n: *const I, a: *mut T, lda: *const I, sdim: *mut I, wr: *mut T,
+                          wi: *mut T, vs: *mut T, ldvs: *const I, work: *mut T, lwork: *const I,
+                          bwork: *mut I, info: *mut I)
+            = ["sgees", "dgees"];
     }
     complex {
         /// `?heevd`: Hermitian eigendecomposition, divide and conquer.
@@ -111,5 +149,28 @@ families! {
                                vt: *mut T, ldvt: *const I, work: *mut T, lwork: *const I,
                                rwork: *mut Real<T>, iwork: *mut I, info: *mut I)
             = ["cgesdd", "zgesdd"];
+        /// `?geqp3` (complex): QR with column pivoting.
+        geqp3: Geqp3Complex<T>(m: *const I, n: *const I, a: *mut T, lda: *const I, jpvt: *mut I,
+                               tau: *mut T, work: *mut T, lwork: *const I, rwork: *mut Real<T>,
+                               info: *mut I)
+            = ["cgeqp3", "zgeqp3"];
+        /// `?gesvd` (complex): SVD, QR iteration.
+        gesvd: GesvdComplex<T>(jobu: *const C, jobvt: *const C, m: *const I, n: *const I,
+                               a: *mut T, lda: *const I, s: *mut Real<T>, u: *mut T,
+                               ldu: *const I, vt: *mut T, ldvt: *const I, work: *mut T,
+                               lwork: *const I, rwork: *mut Real<T>, info: *mut I)
+            = ["cgesvd", "zgesvd"];
+        /// `?geev` (complex): eigenvalues and eigenvectors.
+        geev: GeevComplex<T>(jobvl: *const C, jobvr: *const C, n: *const I, a: *mut T,
+                             lda: *const I, w: *mut T, vl: *mut T, ldvl: *const I, vr: *mut T,
+                             ldvr: *const I, work: *mut T, lwork: *const I, rwork: *mut Real<T>,
+                             info: *mut I)
+            = ["cgeev", "zgeev"];
+        /// `?gees` (complex): Schur form; `select` may be null when `sort` is 'N'.
+        gees: GeesComplex<T>(jobvs: *const C, sort: *const C, select: *mut std::ffi::c_void,
+                             n: *const I, a: *mut T, lda: *const I, sdim: *mut I, w: *mut T,
+                             vs: *mut T, ldvs: *const I, work: *mut T, lwork: *const I,
+                             rwork: *mut Real<T>, bwork: *mut I, info: *mut I)
+            = ["cgees", "zgees"];
     }
 }

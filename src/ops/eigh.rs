@@ -8,6 +8,7 @@
 use crate::ffi::{Buffer, DataType, Error, MatrixBatch, NativeType, Result, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::{char_attr, for_each_chunk, lapack_dim, routine, SharedMut};
+use crate::ops::{dispatch_lapack, Scalar};
 use ferrax_cpu_fallback::{ComplexLapack, Heevd, Lapack, Real, RealLapack, Syevd};
 use num_complex::Complex;
 use std::ffi::{c_char, CStr};
@@ -40,13 +41,7 @@ fn eigh_cpu(
 ) -> Result<()> {
     let uplo = char_attr("uplo", uplo, b"LU")?;
     let jobz = char_attr("mode", mode, b"VN")?;
-    match x.dtype() {
-        DataType::F32 => eigh_typed::<f32>(pool, x, x_out, w, info, uplo, jobz),
-        DataType::F64 => eigh_typed::<f64>(pool, x, x_out, w, info, uplo, jobz),
-        DataType::C64 => eigh_typed::<Complex<f32>>(pool, x, x_out, w, info, uplo, jobz),
-        DataType::C128 => eigh_typed::<Complex<f64>>(pool, x, x_out, w, info, uplo, jobz),
-        other => Err(x.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
-    }
+    dispatch_lapack!(x, eigh_typed(pool, x, x_out, w, info, uplo, jobz))
 }
 
 /// LAPACK's three workspaces with their lengths; `rwork` is used by `?heevd` only.
@@ -81,13 +76,10 @@ impl<T: Evd> Workspace<T> {
 
 /// `?syevd` for real scalars and `?heevd` (which also takes a real workspace) for complex
 /// ones, behind one signature.
-trait Evd: NativeType + Lapack<Real: NativeType + Default + Into<f64>> + Default {
+trait Evd: Scalar {
     type Routine: Copy + Send + Sync;
 
     fn routine() -> Result<Self::Routine>;
-
-    /// The real part, where LAPACK's workspace query puts the optimal `lwork`.
-    fn re(self) -> Self::Real;
 
     /// jaxlib's closed-form `(lwork, lrwork)` for order `n`, LAPACK's documented minimums.
     fn min_work(n: usize, vectors: bool) -> (usize, usize);
@@ -115,10 +107,6 @@ macro_rules! real_evd {
 
             fn routine() -> Result<Self::Routine> {
                 routine(<$t as RealLapack>::syevd())
-            }
-
-            fn re(self) -> Self::Real {
-                self
             }
 
             fn min_work(n: usize, vectors: bool) -> (usize, usize) {
@@ -155,10 +143,6 @@ macro_rules! complex_evd {
 
             fn routine() -> Result<Self::Routine> {
                 routine(<$t as ComplexLapack>::heevd())
-            }
-
-            fn re(self) -> Self::Real {
-                self.re
             }
 
             fn min_work(n: usize, vectors: bool) -> (usize, usize) {
@@ -268,7 +252,7 @@ fn eigh_typed<T: Evd>(
         )));
     }
     let (min_work, min_rwork) = T::min_work(shape.rows, jobz == b'V' as c_char);
-    let lwork = workspace_len(query.work[0].re().into(), min_work, "work")?;
+    let lwork = workspace_len(query.work[0].re(), min_work, "work")?;
     let lrwork = workspace_len(query.rwork[0].into(), min_rwork, "rwork")?;
     let liwork = query.iwork[0].max(1);
 

@@ -4,9 +4,9 @@
 
 use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, ThreadPool};
 use crate::ffi_handler;
+use crate::ops::dispatch_lapack;
 use crate::ops::{for_each_parallel, lapack_dim, routine, SharedMut};
 use ferrax_cpu_fallback::Lapack;
-use num_complex::Complex;
 use std::ffi::CStr;
 
 pub const TARGET: &CStr = c"ferrax_getrf";
@@ -30,13 +30,7 @@ fn getrf_cpu(
     ipiv: Buffer<'_>,
     info: Buffer<'_>,
 ) -> Result<()> {
-    match a.dtype() {
-        DataType::F32 => getrf_typed::<f32>(pool, a, lu, ipiv, info),
-        DataType::F64 => getrf_typed::<f64>(pool, a, lu, ipiv, info),
-        DataType::C64 => getrf_typed::<Complex<f32>>(pool, a, lu, ipiv, info),
-        DataType::C128 => getrf_typed::<Complex<f64>>(pool, a, lu, ipiv, info),
-        other => Err(a.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
-    }
+    dispatch_lapack!(a, getrf_typed(pool, a, lu, ipiv, info))
 }
 
 fn getrf_typed<T: NativeType + Lapack>(

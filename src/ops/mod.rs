@@ -96,32 +96,50 @@ pub(crate) fn lapack_dim(buffer: &crate::ffi::Buffer<'_>, value: usize) -> Resul
     })
 }
 
-/// The scalars LAPACK handlers take (f32, f64, c64, c128). `Default` is zero.
-pub(crate) trait Scalar: NativeType + Lapack + Default {
+/// The four LAPACK scalars, with what generic handler code needs besides LAPACK itself.
+pub(crate) trait Scalar:
+    NativeType + Lapack<Real: NativeType + Default + Into<f64>> + Default
+{
+    const ONE: Self;
     /// The real part (LAPACK reports workspace sizes in the real part of `work[0]`).
     fn re(self) -> f64;
+    fn is_finite(self) -> bool;
 }
 
-impl Scalar for f32 {
-    fn re(self) -> f64 {
-        self.into()
-    }
+macro_rules! scalar {
+    ($t:ty, $one:expr, |$x:ident| $re:expr, $finite:expr) => {
+        impl Scalar for $t {
+            const ONE: Self = $one;
+            fn re(self) -> f64 {
+                let $x = self;
+                $re
+            }
+            fn is_finite(self) -> bool {
+                let $x = self;
+                $finite
+            }
+        }
+    };
 }
-impl Scalar for f64 {
-    fn re(self) -> f64 {
-        self
-    }
+scalar!(f32, 1.0, |x| x.into(), x.is_finite());
+scalar!(f64, 1.0, |x| x, x.is_finite());
+scalar!(Complex<f32>, Complex::new(1.0, 0.0), |x| x.re.into(), x.re.is_finite() && x.im.is_finite());
+scalar!(Complex<f64>, Complex::new(1.0, 0.0), |x| x.re, x.re.is_finite() && x.im.is_finite());
+
+/// Calls `f::<T>(args)` with `T` the LAPACK scalar of `buffer`'s dtype, or returns an error
+/// naming the buffer.
+macro_rules! dispatch_lapack {
+    ($buffer:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        match $buffer.dtype() {
+            $crate::ffi::DataType::F32 => $f::<f32>($($arg),*),
+            $crate::ffi::DataType::F64 => $f::<f64>($($arg),*),
+            $crate::ffi::DataType::C64 => $f::<num_complex::Complex<f32>>($($arg),*),
+            $crate::ffi::DataType::C128 => $f::<num_complex::Complex<f64>>($($arg),*),
+            other => Err($buffer.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
+        }
+    };
 }
-impl Scalar for Complex<f32> {
-    fn re(self) -> f64 {
-        self.re.into()
-    }
-}
-impl Scalar for Complex<f64> {
-    fn re(self) -> f64 {
-        self.re
-    }
-}
+pub(crate) use dispatch_lapack;
 
 /// LAPACK's optimal `lwork`: `query(work, lwork, info)` must call the routine with the given
 /// `lwork` (-1, a workspace query), which writes the size into `work[0]`.

@@ -4,9 +4,9 @@
 
 use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, ThreadPool};
 use crate::ffi_handler;
+use crate::ops::dispatch_lapack;
 use crate::ops::{char_attr, for_each_parallel, lapack_dim, routine, SharedMut};
 use ferrax_cpu_fallback::Lapack;
-use num_complex::Complex;
 use std::ffi::{c_char, CStr};
 
 pub const TARGET: &CStr = c"ferrax_potrf";
@@ -31,13 +31,7 @@ fn potrf_cpu(
     uplo: u8,
 ) -> Result<()> {
     let uplo = char_attr("uplo", uplo, b"LU")?;
-    match a.dtype() {
-        DataType::F32 => potrf_typed::<f32>(pool, a, factor, info, uplo),
-        DataType::F64 => potrf_typed::<f64>(pool, a, factor, info, uplo),
-        DataType::C64 => potrf_typed::<Complex<f32>>(pool, a, factor, info, uplo),
-        DataType::C128 => potrf_typed::<Complex<f64>>(pool, a, factor, info, uplo),
-        other => Err(a.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
-    }
+    dispatch_lapack!(a, potrf_typed(pool, a, factor, info, uplo))
 }
 
 fn potrf_typed<T: NativeType + Lapack>(

@@ -5,10 +5,10 @@
 //! - `orgqr` (`lapack_?orgqr_ffi` / `lapack_?ungqr_ffi`): reflectors `x` `[..., m, n]` (m >= n)
 //!   and `tau` `[..., k]` (k <= n) in; `x_out`, the first n columns of Q, out.
 
-use crate::ffi::{Buffer, DataType, Error, MatrixBatch, Result, ThreadPool};
+use crate::ffi::{Buffer, Error, MatrixBatch, Result, ThreadPool};
 use crate::ffi_handler;
+use crate::ops::dispatch_lapack;
 use crate::ops::{for_each_chunk, lapack_dim, query_lwork, routine, Scalar, SharedMut};
-use num_complex::Complex;
 use std::ffi::CStr;
 
 pub const GEQRF_TARGET: &CStr = c"ferrax_geqrf";
@@ -43,13 +43,7 @@ fn geqrf_cpu(
     x_out: Buffer<'_>,
     tau: Buffer<'_>,
 ) -> Result<()> {
-    match x.dtype() {
-        DataType::F32 => geqrf_typed::<f32>(pool, x, x_out, tau),
-        DataType::F64 => geqrf_typed::<f64>(pool, x, x_out, tau),
-        DataType::C64 => geqrf_typed::<Complex<f32>>(pool, x, x_out, tau),
-        DataType::C128 => geqrf_typed::<Complex<f64>>(pool, x, x_out, tau),
-        other => Err(x.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
-    }
+    dispatch_lapack!(x, geqrf_typed(pool, x, x_out, tau))
 }
 
 fn orgqr_cpu(
@@ -58,13 +52,7 @@ fn orgqr_cpu(
     tau: Buffer<'_>,
     x_out: Buffer<'_>,
 ) -> Result<()> {
-    match x.dtype() {
-        DataType::F32 => orgqr_typed::<f32>(pool, x, tau, x_out),
-        DataType::F64 => orgqr_typed::<f64>(pool, x, tau, x_out),
-        DataType::C64 => orgqr_typed::<Complex<f32>>(pool, x, tau, x_out),
-        DataType::C128 => orgqr_typed::<Complex<f64>>(pool, x, tau, x_out),
-        other => Err(x.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
-    }
+    dispatch_lapack!(x, orgqr_typed(pool, x, tau, x_out))
 }
 
 /// Both routines return `info < 0` only for an invalid argument, which the shape checks rule

@@ -7,6 +7,7 @@
 use crate::ffi::{Buffer, DataType, Error, MatrixBatch, NativeType, Result, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::{char_attr, for_each_chunk, lapack_dim, routine, SharedMut};
+use crate::ops::{dispatch_lapack, Scalar};
 use ferrax_cpu_fallback::{ComplexLapack, GesddComplex, GesddReal, Lapack, Real, RealLapack};
 use num_complex::Complex;
 use std::ffi::{c_char, CStr};
@@ -53,13 +54,7 @@ fn gesdd_cpu(
         vt,
         info,
     };
-    match x.dtype() {
-        DataType::F32 => gesdd_typed::<f32>(pool, x, outputs, jobz),
-        DataType::F64 => gesdd_typed::<f64>(pool, x, outputs, jobz),
-        DataType::C64 => gesdd_typed::<Complex<f32>>(pool, x, outputs, jobz),
-        DataType::C128 => gesdd_typed::<Complex<f64>>(pool, x, outputs, jobz),
-        other => Err(x.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
-    }
+    dispatch_lapack!(x, gesdd_typed(pool, x, outputs, jobz))
 }
 
 /// The handler's results, in signature order.
@@ -159,6 +154,13 @@ fn gesdd_typed<T: Gesdd>(
                     vt: vt.at(b * vt_len),
                     info: info.at(b),
                 };
+                // OpenBLAS's ?gesdd never returns on Inf/NaN input when vectors are asked
+                // for (stock jaxlib hangs); report it as an illegal `a` (argument 4), as
+                // jaxlib's geev does, and jax fills the outputs with NaN.
+                if !std::slice::from_raw_parts(matrix.a, a_len).iter().all(|x| x.is_finite()) {
+                    *matrix.info = -4;
+                    continue;
+                }
                 T::gesdd(gesdd, &call, &matrix, &mut workspace, lwork);
             }
         }
@@ -216,7 +218,7 @@ fn optimal_lwork<T: Gesdd>(gesdd: T::Routine, call: &Call) -> Result<i32> {
     // SAFETY: a workspace query reads only the scalar arguments and writes `work[0]` and
     // `info` (jaxlib passes null matrices too).
     unsafe { T::gesdd(gesdd, call, &matrix, &mut query, -1) };
-    let lwork = query.work[0].real_part().ceil();
+    let lwork = query.work[0].re().ceil();
     if info != 0 || !(1.0..=f64::from(i32::MAX)).contains(&lwork) {
         return Err(Error::internal(format!(
             "gesdd workspace query failed (info {info}, lwork {lwork})"
@@ -252,14 +254,11 @@ struct Workspace<T: Lapack> {
 }
 
 /// `?gesdd` for one scalar type: the real routines have no `rwork`, the complex ones do.
-trait Gesdd: NativeType + Lapack<Real: NativeType + Default> + Default {
-    const ONE: Self;
+trait Gesdd: Scalar {
     type Routine: Copy + Send + Sync;
     fn routine() -> Result<Self::Routine>;
     /// jaxlib's `rwork` length (none for real scalars), or `None` on overflow.
     fn rwork_len(m: usize, n: usize, jobz: c_char) -> Option<usize>;
-    /// The real part, where a workspace query leaves the optimal size.
-    fn real_part(self) -> f64;
     /// # Safety
     /// The pointers must be valid for the shapes in `call`, the workspace at least as large as
     /// `lwork` (or `lwork` -1 for a query).
@@ -275,16 +274,12 @@ trait Gesdd: NativeType + Lapack<Real: NativeType + Default> + Default {
 macro_rules! gesdd_real {
     ($($t:ty),*) => {$(
         impl Gesdd for $t {
-            const ONE: Self = 1.0;
             type Routine = GesddReal<$t>;
             fn routine() -> Result<Self::Routine> {
                 routine(<$t as RealLapack>::gesdd())
             }
             fn rwork_len(_: usize, _: usize, _: c_char) -> Option<usize> {
                 Some(0)
-            }
-            fn real_part(self) -> f64 {
-                self.into()
             }
             unsafe fn gesdd(
                 f: Self::Routine,
@@ -306,7 +301,6 @@ gesdd_real!(f32, f64);
 macro_rules! gesdd_complex {
     ($($t:ty),*) => {$(
         impl Gesdd for Complex<$t> {
-            const ONE: Self = Complex::new(1.0, 0.0);
             type Routine = GesddComplex<Complex<$t>>;
             fn routine() -> Result<Self::Routine> {
                 routine(<Complex<$t> as ComplexLapack>::gesdd())
@@ -322,9 +316,6 @@ macro_rules! gesdd_complex {
                     a.max(b)
                 };
                 Some(len.max(1))
-            }
-            fn real_part(self) -> f64 {
-                self.re.into()
             }
             unsafe fn gesdd(
                 f: Self::Routine,

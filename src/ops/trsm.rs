@@ -4,11 +4,10 @@
 //! `[..., m, n]` (aliasing `y`) out. Attributes, u8 ASCII: `side` 'L'/'R', `uplo` 'L'/'U',
 //! `trans_x` 'N'/'T'/'C', `diag` 'N'/'U'. No `info`: BLAS does not report singular `x`.
 
-use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, ThreadPool};
+use crate::ffi::{Buffer, MatrixBatch, Result, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::{char_attr, for_each_parallel, lapack_dim, routine, SharedMut};
-use ferrax_cpu_fallback::Lapack;
-use num_complex::Complex;
+use crate::ops::{dispatch_lapack, Scalar};
 use std::ffi::{c_char, CStr};
 
 pub const TARGET: &CStr = c"ferrax_trsm";
@@ -26,23 +25,6 @@ ffi_handler! {
     attr diag: u8;
     traits = 0;
     body = trsm_cpu;
-}
-
-/// The scalar one, for BLAS's `alpha`.
-trait One {
-    const ONE: Self;
-}
-impl One for f32 {
-    const ONE: Self = 1.0;
-}
-impl One for f64 {
-    const ONE: Self = 1.0;
-}
-impl One for Complex<f32> {
-    const ONE: Self = Complex::new(1.0, 0.0);
-}
-impl One for Complex<f64> {
-    const ONE: Self = Complex::new(1.0, 0.0);
 }
 
 /// BLAS's character arguments, checked.
@@ -72,16 +54,10 @@ fn trsm_cpu(
         trans: char_attr("trans_x", trans_x, b"NTC")?,
         diag: char_attr("diag", diag, b"NU")?,
     };
-    match x.dtype() {
-        DataType::F32 => trsm_typed::<f32>(pool, x, y, y_out, flags),
-        DataType::F64 => trsm_typed::<f64>(pool, x, y, y_out, flags),
-        DataType::C64 => trsm_typed::<Complex<f32>>(pool, x, y, y_out, flags),
-        DataType::C128 => trsm_typed::<Complex<f64>>(pool, x, y, y_out, flags),
-        other => Err(x.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
-    }
+    dispatch_lapack!(x, trsm_typed(pool, x, y, y_out, flags))
 }
 
-fn trsm_typed<T: NativeType + Lapack + One>(
+fn trsm_typed<T: Scalar>(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
     y: Buffer<'_>,
