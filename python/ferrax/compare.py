@@ -41,7 +41,21 @@ def _cases(rng):
                           jax.lax.linalg.lu, (_matrices(rng, dtype, shape),)))
         cases.append(("jax.scipy.linalg.lu", dtype, (512, 512),
                       jax.scipy.linalg.lu, (_matrices(rng, dtype, (512, 512)),)))
+    spd = lambda dtype, shape: (lambda a: a @ jnp.conj(jnp.swapaxes(a, -1, -2))
+                                + shape[-1] * jnp.eye(shape[-1], dtype=dtype))(
+        _matrices(rng, dtype, shape))
     cases += [
+        ("jnp.linalg.cholesky", np.float64, (512, 32, 32), jnp.linalg.cholesky,
+         (spd(np.float64, (512, 32, 32)),)),
+        ("jax.scipy.linalg.solve_triangular", np.complex64, (256, 32, 32),
+         lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True),
+         (spd(np.complex64, (256, 32, 32)), _matrices(rng, np.complex64, (256, 32, 4)))),
+        ("jnp.linalg.qr", np.float32, (512, 32, 32), jnp.linalg.qr,
+         (_matrices(rng, np.float32, (512, 32, 32)),)),
+        ("jnp.linalg.eigh", np.complex128, (128, 32, 32), jnp.linalg.eigh,
+         (spd(np.complex128, (128, 32, 32)),)),
+        ("jnp.linalg.svd", np.float64, (128, 32, 32), jnp.linalg.svd,
+         (_matrices(rng, np.float64, (128, 32, 32)),)),
         ("jnp.linalg.solve", np.float64, (256, 32, 32), jnp.linalg.solve,
          (_matrices(rng, np.float64, (256, 32, 32)), _matrices(rng, np.float64, (256, 32, 1)))),
         ("jnp.linalg.det", np.complex128, (1024, 16, 16), jnp.linalg.det,
