@@ -1,7 +1,9 @@
 //! Exported C symbols besides the handlers: the target table the Python package registers
 //! from, and the LAPACK table's fillers.
 
+mod host;
 mod lapack;
+pub mod linalg;
 mod targets;
 
 pub use targets::{ferrax_targets, FerraxTarget};

@@ -1,0 +1,545 @@
+//! The stable C ABI for compilers that do not run XLA: one exported function per LAPACK-style
+//! op and scalar type (`ferrax_dgetrf`, `ferrax_zheevd`, ...) that takes a batch count, plain
+//! dimensions, a layout flag and leading dimensions. Each runs the handler XLA runs (through
+//! [`host`](super::host)) on a column-major copy of the caller's matrices, so results follow
+//! LAPACK's conventions exactly (1-based pivots, per-matrix `info`) in either layout.
+//!
+//! Every function returns 0 on success and -1 on an invalid argument or failure, with the
+//! message in `ferrax_last_error()`. LAPACK's own `info` (singular matrix, no convergence) is
+//! written to the `info` array and is not a failure.
+
+use super::host::{self, AttrValue, BufferArg};
+use crate::ffi::{DataType, NativeType};
+use crate::ops::{self, Scalar};
+use ferrax_cpu_fallback::Real;
+use num_complex::Complex;
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// `layout` values, LAPACKE's `LAPACK_ROW_MAJOR` and `LAPACK_COL_MAJOR`.
+pub const FERRAX_ROW_MAJOR: c_int = 101;
+pub const FERRAX_COL_MAJOR: c_int = 102;
+
+type Result<T> = std::result::Result<T, String>;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// The message of the last failed call on this thread (empty if none failed).
+#[no_mangle]
+pub extern "C" fn ferrax_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Runs one C entry point: a failure or panic becomes -1 with its message saved.
+fn guard(body: impl FnOnce() -> Result<()>) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(body))
+        .unwrap_or_else(|_| Err("internal error: panic in ferrax".to_string()));
+    match outcome {
+        Ok(()) => 0,
+        Err(message) => {
+            let message = CString::new(message.replace('\0', " ")).unwrap_or_default();
+            LAST_ERROR.with(|e| *e.borrow_mut() = message);
+            -1
+        }
+    }
+}
+
+fn size(name: &str, value: i64) -> Result<usize> {
+    usize::try_from(value).map_err(|_| format!("{name} = {value}: expected >= 0"))
+}
+
+fn char_flag(value: c_char) -> AttrValue {
+    AttrValue::U8(value as u8)
+}
+
+/// A batch of `rows x cols` matrices in the caller's layout at `data`, with leading dimension
+/// `ld`; consecutive matrices are `ld * cols` (column-major) or `ld * rows` (row-major)
+/// elements apart.
+struct Matrices<T> {
+    row_major: bool,
+    batch: usize,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+    data: *mut T,
+}
+
+impl<T: Copy + Default> Matrices<T> {
+    fn new(
+        name: &str,
+        layout: c_int,
+        [batch, rows, cols]: [usize; 3],
+        data: *mut T,
+        ld: i32,
+    ) -> Result<Self> {
+        let row_major = match layout {
+            FERRAX_ROW_MAJOR => true,
+            FERRAX_COL_MAJOR => false,
+            other => {
+                return Err(format!(
+                    "layout = {other}: expected FERRAX_ROW_MAJOR (101) or FERRAX_COL_MAJOR (102)"
+                ))
+            }
+        };
+        let minimum = if row_major { cols } else { rows }.max(1);
+        let ld = usize::try_from(ld)
+            .ok()
+            .filter(|&ld| ld >= minimum)
+            .ok_or_else(|| format!("leading dimension of {name} = {ld}: expected >= {minimum}"))?;
+        let matrices = Matrices {
+            row_major,
+            batch,
+            rows,
+            cols,
+            ld,
+            data,
+        };
+        if matrices.len() > 0 && data.is_null() {
+            return Err(format!("{name} is null"));
+        }
+        Ok(matrices)
+    }
+
+    fn len(&self) -> usize {
+        self.batch * self.rows * self.cols
+    }
+
+    fn dims(&self) -> Vec<i64> {
+        vec![self.batch as i64, self.rows as i64, self.cols as i64]
+    }
+
+    /// Where element `index` of the packed column-major batch lives in the caller's memory.
+    fn offset(&self, index: usize) -> usize {
+        let per_matrix = (self.rows * self.cols).max(1);
+        let (b, within) = (index / per_matrix, index % per_matrix);
+        let (i, j) = (within % self.rows, within / self.rows);
+        let (major, minor, major_len) = if self.row_major {
+            (i, j, self.rows)
+        } else {
+            (j, i, self.cols)
+        };
+        (b * major_len + major) * self.ld + minor
+    }
+
+    /// A contiguous column-major copy, as the handlers take.
+    fn pack(&self) -> Vec<T> {
+        // SAFETY: `new` checked the pointer; the caller promised `ld` and the batch.
+        (0..self.len())
+            .map(|index| unsafe { *self.data.add(self.offset(index)) })
+            .collect()
+    }
+
+    /// Writes a contiguous column-major batch back in the caller's layout.
+    fn unpack(&self, packed: &[T]) {
+        for (index, &value) in packed.iter().enumerate() {
+            // SAFETY: as in `pack`.
+            unsafe { *self.data.add(self.offset(index)) = value };
+        }
+    }
+}
+
+/// A plain contiguous output array of `len` elements; a null pointer is allowed only when
+/// `optional` (the caller does not want it) and then points to scratch.
+struct Output<T> {
+    data: *mut T,
+    _scratch: Vec<T>,
+}
+
+impl<T: Copy + Default> Output<T> {
+    fn new(name: &str, data: *mut T, len: usize, optional: bool) -> Result<Self> {
+        if !data.is_null() || len == 0 {
+            return Ok(Output {
+                data,
+                _scratch: Vec::new(),
+            });
+        }
+        if !optional {
+            return Err(format!("{name} is null"));
+        }
+        let mut scratch = vec![T::default(); len];
+        Ok(Output {
+            data: scratch.as_mut_ptr(),
+            _scratch: scratch,
+        })
+    }
+}
+
+fn buffer<T: NativeType>(dims: Vec<i64>, data: *mut T) -> BufferArg {
+    BufferArg {
+        dtype: T::DTYPE,
+        dims,
+        data: data.cast(),
+    }
+}
+
+fn int_buffer(dims: Vec<i64>, data: *mut i32) -> BufferArg {
+    BufferArg {
+        dtype: DataType::S32,
+        dims,
+        data: data.cast(),
+    }
+}
+
+unsafe fn getrf<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    m: i32,
+    n: i32,
+    a: *mut T,
+    lda: i32,
+    ipiv: *mut i32,
+    info: *mut i32,
+) -> Result<()> {
+    let (batch, m, n) = (
+        size("batch", batch)?,
+        size("m", m.into())?,
+        size("n", n.into())?,
+    );
+    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
+    let k = m.min(n);
+    let ipiv = Output::new("ipiv", ipiv, batch * k, false)?;
+    let info = Output::new("info", info, batch, false)?;
+    let mut packed = a.pack();
+    let data = packed.as_mut_ptr();
+    host::call(
+        ops::getrf::ferrax_cpu_getrf,
+        &[buffer(a.dims(), data)],
+        &[
+            buffer(a.dims(), data),
+            int_buffer(vec![batch as i64, k as i64], ipiv.data),
+            int_buffer(vec![batch as i64], info.data),
+        ],
+        &[],
+    )?;
+    a.unpack(&packed);
+    Ok(())
+}
+
+unsafe fn potrf<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    uplo: c_char,
+    n: i32,
+    a: *mut T,
+    lda: i32,
+    info: *mut i32,
+) -> Result<()> {
+    let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
+    let info = Output::new("info", info, batch, false)?;
+    let mut packed = a.pack();
+    let data = packed.as_mut_ptr();
+    host::call(
+        ops::potrf::ferrax_cpu_potrf,
+        &[buffer(a.dims(), data)],
+        &[
+            buffer(a.dims(), data),
+            int_buffer(vec![batch as i64], info.data),
+        ],
+        &[("uplo", char_flag(uplo))],
+    )?;
+    a.unpack(&packed);
+    Ok(())
+}
+
+unsafe fn geqrf<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    m: i32,
+    n: i32,
+    a: *mut T,
+    lda: i32,
+    tau: *mut T,
+) -> Result<()> {
+    let (batch, m, n) = (
+        size("batch", batch)?,
+        size("m", m.into())?,
+        size("n", n.into())?,
+    );
+    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
+    let k = m.min(n);
+    let tau = Output::new("tau", tau, batch * k, false)?;
+    let mut packed = a.pack();
+    let data = packed.as_mut_ptr();
+    host::call(
+        ops::qr::ferrax_cpu_geqrf,
+        &[buffer(a.dims(), data)],
+        &[
+            buffer(a.dims(), data),
+            buffer(vec![batch as i64, k as i64], tau.data),
+        ],
+        &[],
+    )?;
+    a.unpack(&packed);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+unsafe fn orgqr<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    m: i32,
+    n: i32,
+    k: i32,
+    a: *mut T,
+    lda: i32,
+    tau: *const T,
+) -> Result<()> {
+    let (batch, m, n, k) = (
+        size("batch", batch)?,
+        size("m", m.into())?,
+        size("n", n.into())?,
+        size("k", k.into())?,
+    );
+    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
+    let tau = Output::new("tau", tau.cast_mut(), batch * k, false)?;
+    let mut packed = a.pack();
+    let data = packed.as_mut_ptr();
+    host::call(
+        ops::qr::ferrax_cpu_orgqr,
+        &[
+            buffer(a.dims(), data),
+            buffer(vec![batch as i64, k as i64], tau.data),
+        ],
+        &[buffer(a.dims(), data)],
+        &[],
+    )?;
+    a.unpack(&packed);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // the BLAS argument list
+unsafe fn trsm<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    side: c_char,
+    uplo: c_char,
+    trans: c_char,
+    diag: c_char,
+    m: i32,
+    n: i32,
+    a: *const T,
+    lda: i32,
+    b: *mut T,
+    ldb: i32,
+) -> Result<()> {
+    let (batch, m, n) = (
+        size("batch", batch)?,
+        size("m", m.into())?,
+        size("n", n.into())?,
+    );
+    let k = if side as u8 == b'R' { n } else { m };
+    let a = Matrices::new("a", layout, [batch, k, k], a.cast_mut(), lda)?;
+    let b = Matrices::new("b", layout, [batch, m, n], b, ldb)?;
+    let mut packed_a = a.pack();
+    let mut packed_b = b.pack();
+    let data_b = packed_b.as_mut_ptr();
+    host::call(
+        ops::trsm::ferrax_cpu_trsm,
+        &[
+            buffer(a.dims(), packed_a.as_mut_ptr()),
+            buffer(b.dims(), data_b),
+        ],
+        &[buffer(b.dims(), data_b)],
+        &[
+            ("side", char_flag(side)),
+            ("uplo", char_flag(uplo)),
+            ("trans_x", char_flag(trans)),
+            ("diag", char_flag(diag)),
+        ],
+    )?;
+    b.unpack(&packed_b);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+unsafe fn gesdd<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    jobz: c_char,
+    m: i32,
+    n: i32,
+    a: *mut T,
+    lda: i32,
+    s: *mut Real<T>,
+    u: *mut T,
+    ldu: i32,
+    vt: *mut T,
+    ldvt: i32,
+    info: *mut i32,
+) -> Result<()> {
+    let (batch, m, n) = (
+        size("batch", batch)?,
+        size("m", m.into())?,
+        size("n", n.into())?,
+    );
+    let k = m.min(n);
+    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
+    let s = Output::new("s", s, batch * k, false)?;
+    let info = Output::new("info", info, batch, false)?;
+    // jobz 'A': U is m x m and V^T n x n; 'S': m x k and k x n; 'N': neither is computed.
+    let (u_cols, vt_rows) = if jobz as u8 == b'A' { (m, n) } else { (k, k) };
+    let wanted = jobz as u8 != b'N';
+    let (mut u_scratch, mut vt_scratch) = (Vec::new(), Vec::new());
+    let u = if wanted {
+        Some(Matrices::new("u", layout, [batch, m, u_cols], u, ldu)?)
+    } else {
+        None
+    };
+    let vt = if wanted {
+        Some(Matrices::new("vt", layout, [batch, vt_rows, n], vt, ldvt)?)
+    } else {
+        None
+    };
+    u_scratch.resize(batch * m * u_cols, T::default());
+    vt_scratch.resize(batch * vt_rows * n, T::default());
+    // `a` is LAPACK's workspace here; the caller's copy is left as it was.
+    let mut packed = a.pack();
+    let data = packed.as_mut_ptr();
+    let (b, m, n, k) = (batch as i64, m as i64, n as i64, k as i64);
+    host::call(
+        ops::svd::ferrax_cpu_gesdd,
+        &[buffer(a.dims(), data)],
+        &[
+            buffer(a.dims(), data),
+            buffer(vec![b, k], s.data),
+            buffer(vec![b, m, u_cols as i64], u_scratch.as_mut_ptr()),
+            buffer(vec![b, vt_rows as i64, n], vt_scratch.as_mut_ptr()),
+            int_buffer(vec![b], info.data),
+        ],
+        &[("mode", char_flag(jobz))],
+    )?;
+    if let (Some(u), Some(vt)) = (u, vt) {
+        u.unpack(&u_scratch);
+        vt.unpack(&vt_scratch);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+unsafe fn syevd<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    jobz: c_char,
+    uplo: c_char,
+    n: i32,
+    a: *mut T,
+    lda: i32,
+    w: *mut Real<T>,
+    info: *mut i32,
+) -> Result<()> {
+    let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
+    let w = Output::new("w", w, batch * n, false)?;
+    let info = Output::new("info", info, batch, false)?;
+    let mut packed = a.pack();
+    let data = packed.as_mut_ptr();
+    host::call(
+        ops::eigh::ferrax_cpu_syevd,
+        &[buffer(a.dims(), data)],
+        &[
+            buffer(a.dims(), data),
+            buffer(vec![batch as i64, n as i64], w.data),
+            int_buffer(vec![batch as i64], info.data),
+        ],
+        &[("uplo", char_flag(uplo)), ("mode", char_flag(jobz))],
+    )?;
+    a.unpack(&packed);
+    Ok(())
+}
+
+/// One exported C function of the ABI: its name and its parameters as (name, Rust type), for
+/// the generated header (`include/ferrax.h`).
+pub struct CFunction {
+    pub name: &'static str,
+    /// The C type of `T` in this function (`float`, `double`, `float _Complex`, ...).
+    pub scalar: &'static str,
+    pub params: &'static [(&'static str, &'static str)],
+    pub doc: &'static str,
+}
+
+/// Exports `generic::<T>` once per LAPACK scalar under the four given names, and lists each in
+/// [`C_FUNCTIONS`]. Parameter types may use `T` (the scalar) and `R` (its real type).
+macro_rules! c_functions {
+    ($(
+        $(#[doc = $doc:literal])*
+        $generic:ident => [$s:ident, $d:ident, $c:ident, $z:ident]($($arg:ident: $ty:ty),* $(,)?);
+    )*) => {
+        $(
+            c_functions!(@one $generic, $s, f32, f32, $($arg: $ty),*);
+            c_functions!(@one $generic, $d, f64, f64, $($arg: $ty),*);
+            c_functions!(@one $generic, $c, Complex<f32>, f32, $($arg: $ty),*);
+            c_functions!(@one $generic, $z, Complex<f64>, f64, $($arg: $ty),*);
+        )*
+        /// Every function of the C ABI, in header order.
+        pub static C_FUNCTIONS: &[CFunction] = &[$(
+            c_functions!(@entry $s, "float", [$($doc)*], $($arg: $ty),*),
+            c_functions!(@entry $d, "double", [$($doc)*], $($arg: $ty),*),
+            c_functions!(@entry $c, "float _Complex", [$($doc)*], $($arg: $ty),*),
+            c_functions!(@entry $z, "double _Complex", [$($doc)*], $($arg: $ty),*),
+        )*];
+    };
+    (@one $generic:ident, $name:ident, $t:ty, $r:ty, $($arg:ident: $ty:ty),*) => {
+        #[allow(non_snake_case)]
+        mod $name {
+            use super::*;
+            type T = $t;
+            #[allow(dead_code)] // not every op has a real-typed parameter
+            type R = $r;
+            /// # Safety
+            /// The pointers must be valid for the dimensions given, as in LAPACK.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+                guard(|| $generic::<T>($($arg),*))
+            }
+        }
+    };
+    (@entry $name:ident, $scalar:literal, [$($doc:literal)*], $($arg:ident: $ty:ty),*) => {
+        CFunction {
+            name: stringify!($name),
+            scalar: $scalar,
+            params: &[$((stringify!($arg), stringify!($ty))),*],
+            doc: concat!($($doc, "\n"),*),
+        }
+    };
+}
+
+c_functions! {
+    /// LU with partial pivoting of `batch` m x n matrices: `a` is overwritten by L and U,
+    /// `ipiv` (batch x min(m, n)) gets LAPACK's 1-based row swaps, `info` one code per matrix.
+    getrf => [ferrax_sgetrf, ferrax_dgetrf, ferrax_cgetrf, ferrax_zgetrf](
+        layout: c_int, batch: i64, m: i32, n: i32, a: *mut T, lda: i32, ipiv: *mut i32,
+        info: *mut i32);
+    /// Cholesky factorization of `batch` n x n matrices: the `uplo` ('L' or 'U') triangle of
+    /// `a` is overwritten by the factor.
+    potrf => [ferrax_spotrf, ferrax_dpotrf, ferrax_cpotrf, ferrax_zpotrf](
+        layout: c_int, batch: i64, uplo: c_char, n: i32, a: *mut T, lda: i32, info: *mut i32);
+    /// Householder QR of `batch` m x n matrices: R and the reflectors overwrite `a`, their
+    /// scales go to `tau` (batch x min(m, n)).
+    geqrf => [ferrax_sgeqrf, ferrax_dgeqrf, ferrax_cgeqrf, ferrax_zgeqrf](
+        layout: c_int, batch: i64, m: i32, n: i32, a: *mut T, lda: i32, tau: *mut T);
+    /// Forms the m x n matrices Q (m >= n) from the `k` reflectors of `geqrf` in `a` and `tau`
+    /// (batch x k).
+    orgqr => [ferrax_sorgqr, ferrax_dorgqr, ferrax_cungqr, ferrax_zungqr](
+        layout: c_int, batch: i64, m: i32, n: i32, k: i32, a: *mut T, lda: i32, tau: *const T);
+    /// Solves op(A) X = B (`side` 'L') or X op(A) = B ('R') for triangular A; X overwrites `b`.
+    /// `trans` is 'N', 'T' or 'C'; `diag` 'U' for a unit diagonal, else 'N'.
+    trsm => [ferrax_strsm, ferrax_dtrsm, ferrax_ctrsm, ferrax_ztrsm](
+        layout: c_int, batch: i64, side: c_char, uplo: c_char, trans: c_char, diag: c_char,
+        m: i32, n: i32, a: *const T, lda: i32, b: *mut T, ldb: i32);
+    /// SVD (divide and conquer) of `batch` m x n matrices: singular values in `s`
+    /// (batch x min(m, n)); `jobz` 'A' gives U m x m and V^T n x n, 'S' m x min(m, n) and
+    /// min(m, n) x n, 'N' neither (`u` and `vt` may be null). `a` is not modified.
+    gesdd => [ferrax_sgesdd, ferrax_dgesdd, ferrax_cgesdd, ferrax_zgesdd](
+        layout: c_int, batch: i64, jobz: c_char, m: i32, n: i32, a: *mut T, lda: i32,
+        s: *mut R, u: *mut T, ldu: i32, vt: *mut T, ldvt: i32, info: *mut i32);
+    /// Eigendecomposition of `batch` symmetric (Hermitian) n x n matrices from their `uplo`
+    /// triangle: ascending eigenvalues in `w` (batch x n); with `jobz` 'V' the eigenvectors
+    /// overwrite `a` (as columns).
+    syevd => [ferrax_ssyevd, ferrax_dsyevd, ferrax_cheevd, ferrax_zheevd](
+        layout: c_int, batch: i64, jobz: c_char, uplo: c_char, n: i32, a: *mut T, lda: i32,
+        w: *mut R, info: *mut i32);
+}
