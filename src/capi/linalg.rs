@@ -455,7 +455,7 @@ unsafe fn syevd<T: Scalar>(
 /// the generated header (`include/ferrax.h`).
 pub struct CFunction {
     pub name: &'static str,
-    /// The C type of `T` in this function (`float`, `double`, `float _Complex`, ...).
+    /// The C type of `T` in this function (`float`, `double`, `ferrax_complex_float`, ...).
     pub scalar: &'static str,
     pub params: &'static [(&'static str, &'static str)],
     pub doc: &'static str,
@@ -478,8 +478,8 @@ macro_rules! c_functions {
         pub static C_FUNCTIONS: &[CFunction] = &[$(
             c_functions!(@entry $s, "float", [$($doc)*], $($arg: $ty),*),
             c_functions!(@entry $d, "double", [$($doc)*], $($arg: $ty),*),
-            c_functions!(@entry $c, "float _Complex", [$($doc)*], $($arg: $ty),*),
-            c_functions!(@entry $z, "double _Complex", [$($doc)*], $($arg: $ty),*),
+            c_functions!(@entry $c, "ferrax_complex_float", [$($doc)*], $($arg: $ty),*),
+            c_functions!(@entry $z, "ferrax_complex_double", [$($doc)*], $($arg: $ty),*),
         )*];
     };
     (@one $generic:ident, $name:ident, $t:ty, $r:ty, $($arg:ident: $ty:ty),*) => {

@@ -286,7 +286,7 @@ impl<'a> FromBuffer<'a> for Buffer<'a> {
     }
 }
 
-/// Declares an XLA FFI handler: an exported `extern "C"` symbol bound to a signature (context
+/// Declares an XLA FFI handler: an `extern "C"` function bound to a signature (context
 /// values, operands, results and attributes, each decoded by type) and one function that
 /// receives them in that order.
 ///
@@ -329,7 +329,6 @@ macro_rules! ffi_handler {
         ///
         /// # Safety
         /// Called by XLA with a valid call frame.
-        #[no_mangle]
         $vis unsafe extern "C" fn $symbol(
             frame: *mut $crate::ffi::sys::XLA_FFI_CallFrame,
         ) -> *mut $crate::ffi::sys::XLA_FFI_Error {
