@@ -37,6 +37,9 @@ _LAPACK_TARGETS = {
     "syevd_ffi": "ferrax_syevd",
     "heevd_ffi": "ferrax_syevd",
     "gesdd_ffi": "ferrax_gesdd",
+    "gehrd_ffi": "ferrax_gehrd",
+    "sytrd_ffi": "ferrax_sytrd",
+    "hetrd_ffi": "ferrax_sytrd",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 

@@ -44,6 +44,16 @@ targets!(
     (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),
     (ops::eigh::TARGET, "cpu", ops::eigh::ferrax_cpu_syevd),
     (ops::svd::TARGET, "cpu", ops::svd::ferrax_cpu_gesdd),
+    (
+        ops::hessenberg::TARGET,
+        "cpu",
+        ops::hessenberg::ferrax_cpu_gehrd
+    ),
+    (
+        ops::tridiagonal::TARGET,
+        "cpu",
+        ops::tridiagonal::ferrax_cpu_sytrd
+    ),
 );
 
 /// Returns the target table and writes its length to `count`.

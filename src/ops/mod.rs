@@ -3,11 +3,13 @@
 
 pub mod eigh;
 pub mod getrf;
+pub mod hessenberg;
 pub mod pivots;
 pub mod potrf;
 pub mod qr;
 pub mod svd;
 pub mod threefry;
+pub mod tridiagonal;
 pub mod trsm;
 
 use crate::ffi::{Error, NativeType, Result, ThreadPool};
