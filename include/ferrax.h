@@ -124,6 +124,26 @@ int ferrax_dsyevd(int layout, int64_t batch, char jobz, char uplo, int32_t n, do
 int ferrax_cheevd(int layout, int64_t batch, char jobz, char uplo, int32_t n, ferrax_complex_float *a, int32_t lda, float *w, int32_t *info);
 int ferrax_zheevd(int layout, int64_t batch, char jobz, char uplo, int32_t n, ferrax_complex_double *a, int32_t lda, double *w, int32_t *info);
 
+/*
+ * Reduces `batch` n x n matrices to upper Hessenberg form H = Q^H A Q, acting on rows and
+ * columns `ilo..=ihi` (1-based; 1 and n for the whole matrix): H and the reflectors
+ * overwrite `a`, their scales go to `tau` (batch x (n - 1)).
+ */
+int ferrax_sgehrd(int layout, int64_t batch, int32_t n, int32_t ilo, int32_t ihi, float *a, int32_t lda, float *tau, int32_t *info);
+int ferrax_dgehrd(int layout, int64_t batch, int32_t n, int32_t ilo, int32_t ihi, double *a, int32_t lda, double *tau, int32_t *info);
+int ferrax_cgehrd(int layout, int64_t batch, int32_t n, int32_t ilo, int32_t ihi, ferrax_complex_float *a, int32_t lda, ferrax_complex_float *tau, int32_t *info);
+int ferrax_zgehrd(int layout, int64_t batch, int32_t n, int32_t ilo, int32_t ihi, ferrax_complex_double *a, int32_t lda, ferrax_complex_double *tau, int32_t *info);
+
+/*
+ * Reduces `batch` symmetric (Hermitian) n x n matrices, from their `uplo` triangle, to real
+ * tridiagonal form T = Q^H A Q: diagonal `d` (batch x n), off-diagonal `e` and reflector
+ * scales `tau` (batch x (n - 1)); the reflectors overwrite that triangle of `a`.
+ */
+int ferrax_ssytrd(int layout, int64_t batch, char uplo, int32_t n, float *a, int32_t lda, float *d, float *e, float *tau, int32_t *info);
+int ferrax_dsytrd(int layout, int64_t batch, char uplo, int32_t n, double *a, int32_t lda, double *d, double *e, double *tau, int32_t *info);
+int ferrax_chetrd(int layout, int64_t batch, char uplo, int32_t n, ferrax_complex_float *a, int32_t lda, float *d, float *e, ferrax_complex_float *tau, int32_t *info);
+int ferrax_zhetrd(int layout, int64_t batch, char uplo, int32_t n, ferrax_complex_double *a, int32_t lda, double *d, double *e, ferrax_complex_double *tau, int32_t *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -451,6 +451,78 @@ unsafe fn syevd<T: Scalar>(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+unsafe fn gehrd<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    n: i32,
+    ilo: i32,
+    ihi: i32,
+    a: *mut T,
+    lda: i32,
+    tau: *mut T,
+    info: *mut i32,
+) -> Result<()> {
+    let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
+    let reflectors = n.saturating_sub(1);
+    let tau = Output::new("tau", tau, batch * reflectors, false)?;
+    let info = Output::new("info", info, batch, false)?;
+    let mut packed = a.pack();
+    let data = packed.as_mut_ptr();
+    host::call(
+        ops::hessenberg::ferrax_cpu_gehrd,
+        &[buffer(a.dims(), data)],
+        &[
+            buffer(a.dims(), data),
+            buffer(vec![batch as i64, reflectors as i64], tau.data),
+            int_buffer(vec![batch as i64], info.data),
+        ],
+        &[("low", AttrValue::I32(ilo)), ("high", AttrValue::I32(ihi))],
+    )?;
+    a.unpack(&packed);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+unsafe fn sytrd<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    uplo: c_char,
+    n: i32,
+    a: *mut T,
+    lda: i32,
+    d: *mut Real<T>,
+    e: *mut Real<T>,
+    tau: *mut T,
+    info: *mut i32,
+) -> Result<()> {
+    let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
+    let off = n.saturating_sub(1);
+    let d = Output::new("d", d, batch * n, false)?;
+    let e = Output::new("e", e, batch * off, false)?;
+    let tau = Output::new("tau", tau, batch * off, false)?;
+    let info = Output::new("info", info, batch, false)?;
+    let mut packed = a.pack();
+    let data = packed.as_mut_ptr();
+    let (b, n, off) = (batch as i64, n as i64, off as i64);
+    host::call(
+        ops::tridiagonal::ferrax_cpu_sytrd,
+        &[buffer(a.dims(), data)],
+        &[
+            buffer(a.dims(), data),
+            buffer(vec![b, n], d.data),
+            buffer(vec![b, off], e.data),
+            buffer(vec![b, off], tau.data),
+            int_buffer(vec![b], info.data),
+        ],
+        &[("uplo", char_flag(uplo))],
+    )?;
+    a.unpack(&packed);
+    Ok(())
+}
+
 /// One exported C function of the ABI: its name and its parameters as (name, Rust type), for
 /// the generated header (`include/ferrax.h`).
 pub struct CFunction {
@@ -542,4 +614,16 @@ c_functions! {
     syevd => [ferrax_ssyevd, ferrax_dsyevd, ferrax_cheevd, ferrax_zheevd](
         layout: c_int, batch: i64, jobz: c_char, uplo: c_char, n: i32, a: *mut T, lda: i32,
         w: *mut R, info: *mut i32);
+    /// Reduces `batch` n x n matrices to upper Hessenberg form H = Q^H A Q, acting on rows and
+    /// columns `ilo..=ihi` (1-based; 1 and n for the whole matrix): H and the reflectors
+    /// overwrite `a`, their scales go to `tau` (batch x (n - 1)).
+    gehrd => [ferrax_sgehrd, ferrax_dgehrd, ferrax_cgehrd, ferrax_zgehrd](
+        layout: c_int, batch: i64, n: i32, ilo: i32, ihi: i32, a: *mut T, lda: i32, tau: *mut T,
+        info: *mut i32);
+    /// Reduces `batch` symmetric (Hermitian) n x n matrices, from their `uplo` triangle, to real
+    /// tridiagonal form T = Q^H A Q: diagonal `d` (batch x n), off-diagonal `e` and reflector
+    /// scales `tau` (batch x (n - 1)); the reflectors overwrite that triangle of `a`.
+    sytrd => [ferrax_ssytrd, ferrax_dsytrd, ferrax_chetrd, ferrax_zhetrd](
+        layout: c_int, batch: i64, uplo: c_char, n: i32, a: *mut T, lda: i32, d: *mut R, e: *mut R,
+        tau: *mut T, info: *mut i32);
 }
