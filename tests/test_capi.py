@@ -1,0 +1,651 @@
+"""The C ABI (include/ferrax.h) as a program in another language sees it.
+
+- tests/c/capi_check.c, compiled here with the header, dlopens libferrax.so, loads LAPACK from
+  scipy-openblas32 and runs double and complex-double ops in both layouts with padded leading
+  dimensions; the inputs and outputs it saves are checked here against SciPy and NumPy.
+- ctypes calls cover every exported op in all four dtypes, empty calls, invalid arguments and
+  LAPACK's info. They run in a fresh interpreter that imports neither jax nor ferrax, so the
+  library's LAPACK table starts empty there, as in any non-Python program.
+
+That the library exports nothing but the header's functions is checked by tests/c_header.rs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy_openblas32
+
+from ferrax import _library
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+ROW, COL = 101, 102  # FERRAX_ROW_MAJOR, FERRAX_COL_MAJOR
+SENTINEL = -12345.0  # capi_check.c's: fills padding and outputs not yet written
+PAD = 2  # how much the ctypes tests' leading dimensions exceed the minimum
+
+
+def sentinel(dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    return np.array(SENTINEL * (1 + 1j) if dtype.kind == "c" else SENTINEL).astype(dtype)
+
+
+def ferrax_path() -> str:
+    return _library.library()._name
+
+
+def openblas_path() -> str:
+    return os.path.join(scipy_openblas32.get_lib_dir(), "libscipy_openblas.so")
+
+
+class Strided:
+    """A batch of matrices in a C ABI layout over a flat buffer `raw` whose leading dimension
+    `ld` may exceed the minimum: `matrices` is the logical (batch, rows, cols) view, `padding`
+    the rest of the buffer."""
+
+    def __init__(self, raw: np.ndarray, layout: int, batch: int, rows: int, cols: int, ld: int):
+        self.raw, self.layout, self.ld = raw, layout, ld
+        major, minor = (rows, cols) if layout == ROW else (cols, rows)
+        grid = raw.reshape(batch, major, ld)
+        self.matrices = grid[..., :minor] if layout == ROW else grid[..., :minor].swapaxes(1, 2)
+        self.padding = grid[..., minor:]
+
+    @classmethod
+    def of(cls, matrices: np.ndarray, layout: int) -> Strided:
+        """A copy of `matrices` in `layout`, ld PAD larger than needed, the padding SENTINEL."""
+        batch, rows, cols = matrices.shape
+        major, minor = (rows, cols) if layout == ROW else (cols, rows)
+        raw = np.full(batch * major * (minor + PAD), sentinel(matrices.dtype))
+        strided = cls(raw, layout, batch, rows, cols, minor + PAD)
+        strided.matrices[...] = matrices
+        return strided
+
+
+def assert_padding_untouched(*buffers: Strided):
+    for buffer in buffers:
+        np.testing.assert_array_equal(buffer.padding, sentinel(buffer.raw.dtype))
+
+
+# ---- Expectations shared by the C program's and the ctypes tests' results. ----
+
+def check_getrf(a, lu, ipiv, close):
+    """Packed LU and 1-based pivots as LAPACK's getrf (scipy.linalg.lu_factor)."""
+    expected = [scipy.linalg.lu_factor(x) for x in a]
+    close(lu, np.stack([e[0] for e in expected]), a.dtype)
+    np.testing.assert_array_equal(ipiv, np.stack([e[1] for e in expected]) + 1)
+
+
+def check_geqrf(a, qr, tau, close):
+    """Reflectors, R and tau as LAPACK's geqrf (scipy.linalg.qr's raw mode)."""
+    expected = [scipy.linalg.qr(x, mode="raw")[0] for x in a]
+    close(qr, np.stack([e[0] for e in expected]), a.dtype)
+    close(tau, np.stack([e[1] for e in expected]), a.dtype)
+
+
+def check_orgqr(qr, tau, q, close):
+    """Q from the reflectors `qr` and the first tau.shape[-1] scales, as LAPACK's orgqr/ungqr."""
+    orgqr = scipy.linalg.get_lapack_funcs("orgqr", dtype=qr.dtype)
+    close(q, np.stack([orgqr(x, t)[0] for x, t in zip(qr, tau)]), qr.dtype)
+
+
+def check_potrf(a, out, uplo, close):
+    """The `uplo` triangle holds scipy's Cholesky factor; the other one is left as it was."""
+    lower = uplo == "L"
+    factor = np.stack([scipy.linalg.cholesky(x, lower=lower) for x in a])
+    close(np.tril(out) if lower else np.triu(out), factor, a.dtype)
+    other = (lambda x: np.triu(x, 1)) if lower else (lambda x: np.tril(x, -1))
+    np.testing.assert_array_equal(other(out), other(a))
+
+
+def transposed(x):
+    return x.swapaxes(-1, -2)
+
+
+def check_trsm(a, b, x, flags, close):
+    """X solves op(A) X = B (side 'L') or X op(A) = B ('R') for the triangle of A that
+    `flags` = side, uplo, trans, diag selects."""
+    side, uplo, trans, diag = flags
+    t = np.tril(a) if uplo == "L" else np.triu(a)
+    if diag == "U":
+        t[..., range(t.shape[-1]), range(t.shape[-1])] = 1
+    op = {"N": t, "T": transposed(t), "C": transposed(t.conj())}[trans]
+    expected = (np.linalg.solve(op, b) if side == "L"
+                else transposed(np.linalg.solve(transposed(op), transposed(b))))
+    close(x, expected, a.dtype, kind="reconstruct")
+
+
+def assert_orthonormal(q, close, columns=True):
+    gram = transposed(q.conj()) @ q if columns else q @ transposed(q.conj())
+    close(gram, np.broadcast_to(np.eye(gram.shape[-1], dtype=q.dtype), gram.shape), q.dtype,
+          kind="reconstruct")
+
+
+def check_gesdd(a, s, u, vt, close):
+    """Singular values as NumPy's; U and V^T (None for jobz 'N') orthonormal and giving A."""
+    close(s, np.linalg.svd(a, compute_uv=False), a.dtype)
+    if u is None:
+        return
+    k = s.shape[-1]
+    close(u[..., :k] * s[..., None, :] @ vt[..., :k, :], a, a.dtype, kind="reconstruct")
+    assert_orthonormal(u, close)
+    assert_orthonormal(vt, close, columns=False)
+
+
+def hermitian(a, uplo):
+    """The symmetric (Hermitian) matrix LAPACK reads from the `uplo` triangle of `a`."""
+    strict = np.tril(a, -1) if uplo == "L" else np.triu(a, 1)
+    h = strict + transposed(strict.conj())
+    diagonal = range(a.shape[-1])
+    h[..., diagonal, diagonal] = a[..., diagonal, diagonal].real
+    return h
+
+
+def check_syevd(a, w, v, uplo, close):
+    """Eigenvalues of the `uplo` triangle as NumPy's; the eigenvectors `v` (None for jobz 'N')
+    orthonormal and giving the matrix back."""
+    close(w, np.linalg.eigvalsh(a, UPLO=uplo), a.dtype)
+    if v is None:
+        return
+    close(v * w[..., None, :] @ transposed(v.conj()), hermitian(a, uplo), a.dtype,
+          kind="reconstruct")
+    assert_orthonormal(v, close)
+
+
+# ---- The C program. ----
+
+@dataclasses.dataclass
+class CRun:
+    """capi_check's output: every saved buffer, by "<case>.<row|col>.<role>"."""
+
+    arrays: dict[str, np.ndarray]  # logical contents: (batch, rows, cols) or (batch, len)
+    matrices: dict[str, Strided]  # the matrix buffers, padding included
+    errors: dict[str, tuple[int, str]]  # error case: (return code, ferrax_last_error())
+
+    def __call__(self, case: str, layout: str, role: str) -> np.ndarray:
+        return self.arrays[f"{case}.{layout}.{role}"]
+
+
+def run_checked(command, **kwargs):
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, **kwargs)
+    assert proc.returncode == 0, (
+        f"{command} exited with {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+
+
+@pytest.fixture(scope="module")
+def c_run(tmp_path_factory) -> CRun:
+    tmp = tmp_path_factory.mktemp("capi_check")
+    program, out = tmp / "capi_check", tmp / "out"
+    out.mkdir()
+    run_checked(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", "include",
+                 "tests/c/capi_check.c", "-ldl", "-o", str(program)], cwd=REPO)
+    run_checked([str(program), ferrax_path(), openblas_path(), str(out)])
+    run = CRun({}, {}, {})
+    for line in (out / "manifest.txt").read_text().splitlines():
+        name, dtype, shape, layout, ld = line.split()
+        raw = np.fromfile(out / f"{name}.bin", dtype="<" + dtype)
+        shape = tuple(map(int, shape.split(",")))
+        if layout == "vec":
+            run.arrays[name] = raw.reshape(shape)
+        else:
+            matrices = Strided(raw, ROW if layout == "row" else COL, *shape, int(ld))
+            run.matrices[name] = matrices
+            run.arrays[name] = matrices.matrices
+    for line in (out / "errors.txt").read_text().splitlines():
+        name, rc, message = line.split(" ", 2)
+        run.errors[name] = (int(rc), message)
+    return run
+
+
+C_LAYOUTS = pytest.mark.parametrize("layout", ["row", "col"])
+
+
+@C_LAYOUTS
+def test_c_getrf(c_run, layout, assert_close):
+    for case in ("getrf_5x4", "getrf_4x5", "zgetrf_5x4"):
+        check_getrf(c_run(case, layout, "a_in"), c_run(case, layout, "a_out"),
+                    c_run(case, layout, "ipiv"), assert_close)
+
+
+@C_LAYOUTS
+def test_c_geqrf_orgqr(c_run, layout, assert_close):
+    for case in ("qr_5x4", "qr_4x5"):
+        check_geqrf(c_run(case, layout, "a_in"), c_run(case, layout, "a_out"),
+                    c_run(case, layout, "tau"), assert_close)
+    check_orgqr(c_run("qr_5x4", layout, "a_out"), c_run("qr_5x4", layout, "tau"),
+                c_run("qr_5x4", layout, "q"), assert_close)
+
+
+@C_LAYOUTS
+def test_c_potrf(c_run, layout, assert_close):
+    for uplo in "LU":
+        case = f"potrf_{uplo}"
+        check_potrf(c_run(case, layout, "a_in"), c_run(case, layout, "a_out"), uplo, assert_close)
+
+
+@C_LAYOUTS
+def test_c_trsm(c_run, layout, assert_close):
+    for flags in ("LLNN", "LUTU", "RUNN", "RLTU", "LUCN"):
+        case = f"trsm_{flags}"
+        a = c_run(case, layout, "a_in")
+        check_trsm(a, c_run(case, layout, "b_in"), c_run(case, layout, "b_out"), flags,
+                   assert_close)
+        np.testing.assert_array_equal(c_run(case, layout, "a_out"), a)
+
+
+@C_LAYOUTS
+def test_c_gesdd(c_run, layout, assert_close):
+    for case in ("gesdd_A_5x4", "gesdd_S_4x5", "gesdd_N_5x4"):
+        a = c_run(case, layout, "a_in")
+        u, vt = (None, None) if "_N_" in case else (c_run(case, layout, "u"),
+                                                      c_run(case, layout, "vt"))
+        check_gesdd(a, c_run(case, layout, "s"), u, vt, assert_close)
+        np.testing.assert_array_equal(c_run(case, layout, "a_out"), a)
+
+
+@C_LAYOUTS
+def test_c_syevd_heevd(c_run, layout, assert_close):
+    for case in ("syevd_VL", "syevd_NU", "zheevd_VU", "zheevd_NL"):
+        jobz, uplo = case[-2:]
+        v = c_run(case, layout, "a_out") if jobz == "V" else None
+        check_syevd(c_run(case, layout, "a_in"), c_run(case, layout, "w"), v, uplo, assert_close)
+
+
+def test_c_layouts_agree(c_run):
+    """Row- and column-major runs on the same logical input give identical logical results."""
+    rows = sorted(name for name in c_run.arrays if ".row." in name)
+    assert rows == sorted(name.replace(".col.", ".row.") for name in c_run.arrays
+                          if ".col." in name)
+    for name in rows:
+        col = name.replace(".row.", ".col.")
+        np.testing.assert_array_equal(c_run.arrays[name], c_run.arrays[col], err_msg=name)
+
+
+def test_c_padding_untouched(c_run):
+    for name, matrices in c_run.matrices.items():
+        np.testing.assert_array_equal(matrices.padding, sentinel(matrices.raw.dtype), err_msg=name)
+
+
+def test_c_error_paths(c_run):
+    assert c_run.errors.keys() == {"bad_layout", "small_lda_col", "small_lda_row"}
+    assert all(rc == -1 for rc, _ in c_run.errors.values())
+    assert "layout = 100" in c_run.errors["bad_layout"][1]
+    assert "leading dimension of a = 4: expected >= 5" in c_run.errors["small_lda_col"][1]
+    assert "leading dimension of a = 3: expected >= 4" in c_run.errors["small_lda_row"][1]
+
+
+# ---- ctypes, in a fresh interpreter without jax or ferrax. ----
+
+# Each op's C prototype as in ferrax.h, T being the scalar type and R its real type.
+PROTOTYPES = {
+    "getrf": "int layout, i64 batch, i32 m, i32 n, T* a, i32 lda, i32* ipiv, i32* info",
+    "potrf": "int layout, i64 batch, char uplo, i32 n, T* a, i32 lda, i32* info",
+    "geqrf": "int layout, i64 batch, i32 m, i32 n, T* a, i32 lda, T* tau",
+    "orgqr": "int layout, i64 batch, i32 m, i32 n, i32 k, T* a, i32 lda, const T* tau",
+    "trsm": "int layout, i64 batch, char side, char uplo, char trans, char diag, i32 m, i32 n, "
+            "const T* a, i32 lda, T* b, i32 ldb",
+    "gesdd": "int layout, i64 batch, char jobz, i32 m, i32 n, T* a, i32 lda, R* s, T* u, "
+             "i32 ldu, T* vt, i32 ldvt, i32* info",
+    "syevd": "int layout, i64 batch, char jobz, char uplo, i32 n, T* a, i32 lda, R* w, "
+             "i32* info",
+}
+_TYPE_LETTER = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
+                np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
+_COMPLEX_NAME = {"orgqr": "ungqr", "syevd": "heevd"}
+
+
+def parameters(op: str) -> list[tuple[str, str]]:
+    """(C type, name) of each parameter of `op`."""
+    return [tuple(p.rsplit(" ", 1)) for p in PROTOTYPES[op].split(", ")]
+
+
+def pointee(ctype: str, dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    base = ctype.removeprefix("const ").removesuffix("*")
+    return {"T": dtype, "R": np.finfo(dtype).dtype, "i32": np.dtype(np.int32)}[base]
+
+
+def c_name(op: str, dtype) -> str:
+    dtype = np.dtype(dtype)
+    name = _COMPLEX_NAME.get(op, op) if dtype.kind == "c" else op
+    return f"ferrax_{_TYPE_LETTER[dtype]}{name}"
+
+
+def c_call(op: str, dtype, **args) -> tuple[str, list[str], list]:
+    """A call of ferrax_<t><op> with its arguments by parameter name, checked against the
+    prototype: (function name, C parameter types, arguments in order)."""
+    dtype = np.dtype(dtype)
+    params = parameters(op)
+    assert sorted(args) == sorted(name for _, name in params), (op, sorted(args))
+    for ctype, name in params:
+        value = args[name]
+        if ctype.endswith("*") and value is not None:
+            assert value.dtype == pointee(ctype, dtype) and value.flags.c_contiguous, (op, name)
+    return c_name(op, dtype), [ctype for ctype, _ in params], [args[name] for _, name in params]
+
+
+_C_SCALAR = {"s": ("float", "float"), "d": ("double", "double"),
+             "c": ("ferrax_complex_float", "float"), "z": ("ferrax_complex_double", "double")}
+
+
+def test_prototypes_match_header():
+    """PROTOTYPES, from which the ctypes calls take their argument types, is the header's."""
+    header = (REPO / "include" / "ferrax.h").read_text()
+    for op, dtype in itertools.product(PROTOTYPES, _TYPE_LETTER):
+        scalar, real = _C_SCALAR[_TYPE_LETTER[dtype]]
+        c_types = {"int": "int", "i64": "int64_t", "i32": "int32_t", "char": "char", "T": scalar,
+                   "R": real}
+        params = []
+        for ctype, param in parameters(op):
+            const = "const " if ctype.startswith("const ") else ""
+            base = ctype.removeprefix("const ").removesuffix("*")
+            pointer = " *" if ctype.endswith("*") else " "
+            params.append(f"{const}{c_types[base]}{pointer}{param}")
+        assert f"int {c_name(op, dtype)}({', '.join(params)});" in header
+
+
+# Runs in the fresh interpreter: loads LAPACK, makes the calls in order on the saved arrays
+# (pointer parameters as void *; the types were checked by c_call) and saves them back.
+_WORKER = r"""
+import ctypes, json, sys
+import numpy as np
+
+library, lapack, work = sys.argv[1:]
+lib = ctypes.CDLL(library)
+lib.ferrax_last_error.restype = ctypes.c_char_p
+lib.ferrax_lapack_load_library.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+error = ctypes.create_string_buffer(512)
+assert lib.ferrax_lapack_load_library(lapack.encode(), error, len(error)) > 0, error.value
+
+SCALARS = {"int": ctypes.c_int, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "char": ctypes.c_char}
+with np.load(f"{work}/arrays.npz") as saved:
+    arrays = {key: saved[key] for key in saved.files}
+with open(f"{work}/calls.json") as calls:
+    calls = json.load(calls)
+results = []
+for name, types, args in calls:
+    function = getattr(lib, name)
+    function.argtypes = [SCALARS.get(ctype, ctypes.c_void_p) for ctype in types]
+    function.restype = ctypes.c_int
+    rc = function(*(arrays[arg["array"]].ctypes.data if isinstance(arg, dict)
+                    else arg.encode() if ctype == "char" else arg
+                    for ctype, arg in zip(types, args)))
+    results.append([rc, lib.ferrax_last_error().decode() if rc else ""])
+np.savez(f"{work}/arrays_out.npz", **arrays)
+with open(f"{work}/results.json", "w") as out:
+    json.dump(results, out)
+assert not {"jax", "ferrax"} & sys.modules.keys()  # the C ABI alone
+"""
+
+
+@pytest.fixture
+def capi(run_python, tmp_path):
+    """``capi(calls)``: makes the calls (from c_call) in one fresh interpreter, updates the
+    arrays passed in place and returns each call's (return code, message; "" on success)."""
+
+    def run(calls):
+        arrays, keys, spec = {}, {}, []
+        for function, types, args in calls:
+            encoded = []
+            for arg in args:
+                if isinstance(arg, np.ndarray):
+                    key = keys.setdefault(id(arg), f"a{len(keys)}")
+                    arrays[key] = arg
+                    arg = {"array": key}
+                encoded.append(arg)
+            spec.append([function, types, encoded])
+        np.savez(tmp_path / "arrays.npz", **arrays)
+        (tmp_path / "calls.json").write_text(json.dumps(spec))
+        run_python(_WORKER, ferrax_path(), openblas_path(), str(tmp_path))
+        with np.load(tmp_path / "arrays_out.npz") as out:
+            for key, array in arrays.items():
+                np.copyto(array, out[key])
+        return [tuple(result) for result in json.loads((tmp_path / "results.json").read_text())]
+
+    return run
+
+
+LAYOUTS = (ROW, COL)
+BATCH = 2
+
+
+def output(shape, dtype) -> np.ndarray:
+    """A vector output, filled with SENTINEL so that entries left unwritten show."""
+    return np.full(shape, sentinel(dtype))
+
+
+def assert_success(results, *infos):
+    assert all(result == (0, "") for result in results), results
+    for info in infos:
+        np.testing.assert_array_equal(info, 0)
+
+
+def test_getrf(dtype, random_matrix, assert_close, capi):
+    cases = []
+    for layout, (m, n) in itertools.product(LAYOUTS, ((4, 3), (3, 4))):
+        a = random_matrix((BATCH, m, n), dtype)
+        cases.append((a, Strided.of(a, layout), output((BATCH, min(m, n)), np.int32),
+                      output(BATCH, np.int32)))
+    results = capi([c_call("getrf", dtype, layout=buf.layout, batch=BATCH, m=a.shape[1],
+                           n=a.shape[2], a=buf.raw, lda=buf.ld, ipiv=ipiv, info=info)
+                    for a, buf, ipiv, info in cases])
+    assert_success(results, *(info for *_, info in cases))
+    for a, buf, ipiv, _ in cases:
+        check_getrf(a, buf.matrices, ipiv, assert_close)
+        assert_padding_untouched(buf)
+
+
+def spd(random_matrix, shape, dtype) -> np.ndarray:
+    """Symmetric (Hermitian) positive definite: M M^H + n I."""
+    m = random_matrix(shape, dtype)
+    return m @ transposed(m.conj()) + shape[-1] * np.eye(shape[-1], dtype=dtype)
+
+
+def test_potrf(dtype, random_matrix, assert_close, capi):
+    cases = []
+    for layout, uplo in itertools.product(LAYOUTS, "LU"):
+        a = spd(random_matrix, (BATCH, 4, 4), dtype)
+        cases.append((uplo, a, Strided.of(a, layout), output(BATCH, np.int32)))
+    results = capi([c_call("potrf", dtype, layout=buf.layout, batch=BATCH, uplo=uplo, n=4,
+                           a=buf.raw, lda=buf.ld, info=info)
+                    for uplo, _, buf, info in cases])
+    assert_success(results, *(info for *_, info in cases))
+    for uplo, a, buf, _ in cases:
+        check_potrf(a, buf.matrices, uplo, assert_close)
+        assert_padding_untouched(buf)
+
+
+def test_geqrf(dtype, random_matrix, assert_close, capi):
+    cases = []
+    for layout, (m, n) in itertools.product(LAYOUTS, ((4, 3), (3, 4))):
+        a = random_matrix((BATCH, m, n), dtype)
+        cases.append((a, Strided.of(a, layout), output((BATCH, min(m, n)), dtype)))
+    results = capi([c_call("geqrf", dtype, layout=buf.layout, batch=BATCH, m=a.shape[1],
+                           n=a.shape[2], a=buf.raw, lda=buf.ld, tau=tau)
+                    for a, buf, tau in cases])
+    assert_success(results)
+    for a, buf, tau in cases:
+        check_geqrf(a, buf.matrices, tau, assert_close)
+        assert_padding_untouched(buf)
+
+
+def test_orgqr(dtype, random_matrix, assert_close, capi):
+    """Q from scipy's reflectors, with all n of them and with k < n."""
+    cases = []
+    for layout, k in itertools.product(LAYOUTS, (3, 2)):
+        raw = [scipy.linalg.qr(x, mode="raw")[0] for x in random_matrix((BATCH, 4, 3), dtype)]
+        qr, tau = np.stack([r[0] for r in raw]), np.stack([r[1][:k] for r in raw])
+        cases.append((qr, tau, tau.copy(), Strided.of(qr, layout)))
+    results = capi([c_call("orgqr", dtype, layout=buf.layout, batch=BATCH, m=4, n=3,
+                           k=tau.shape[1], a=buf.raw, lda=buf.ld, tau=tau)
+                    for _, tau, _, buf in cases])
+    assert_success(results)
+    for qr, tau, tau_before, buf in cases:
+        check_orgqr(qr, tau, buf.matrices, assert_close)
+        np.testing.assert_array_equal(tau, tau_before)
+        assert_padding_untouched(buf)
+
+
+def test_trsm(dtype, random_matrix, assert_close, capi):
+    """Every side, uplo, trans and diag; A's ignored triangle (and diagonal) hold noise."""
+    m, n = 3, 2
+    cases = []
+    for layout, flags in itertools.product(LAYOUTS, itertools.product("LR", "LU", "NTC", "NU")):
+        k = m if flags[0] == "L" else n
+        a = random_matrix((BATCH, k, k), dtype) + 3 * np.eye(k, dtype=dtype)
+        b = random_matrix((BATCH, m, n), dtype)
+        cases.append((flags, a, b, Strided.of(a, layout), Strided.of(b, layout)))
+    results = capi([c_call("trsm", dtype, layout=a_buf.layout, batch=BATCH, side=side, uplo=uplo,
+                           trans=trans, diag=diag, m=m, n=n, a=a_buf.raw, lda=a_buf.ld,
+                           b=b_buf.raw, ldb=b_buf.ld)
+                    for (side, uplo, trans, diag), _, _, a_buf, b_buf in cases])
+    assert_success(results)
+    for flags, a, b, a_buf, b_buf in cases:
+        check_trsm(a, b, b_buf.matrices, flags, assert_close)
+        np.testing.assert_array_equal(a_buf.matrices, a)
+        assert_padding_untouched(a_buf, b_buf)
+
+
+def test_gesdd(dtype, random_matrix, assert_close, capi):
+    """jobz 'A', 'S' and 'N' (u and vt null); `a` is left as it was."""
+    real = np.finfo(dtype).dtype
+    cases = []
+    for layout, (m, n), jobz in itertools.product(LAYOUTS, ((4, 3), (3, 4)), "ASN"):
+        a, k = random_matrix((BATCH, m, n), dtype), min(m, n)
+        u_cols, vt_rows = (m, n) if jobz == "A" else (k, k)
+        u, vt = (None, None) if jobz == "N" else (
+            Strided.of(output((BATCH, m, u_cols), dtype), layout),
+            Strided.of(output((BATCH, vt_rows, n), dtype), layout))
+        cases.append((jobz, a, Strided.of(a, layout), output((BATCH, k), real), u, vt,
+                      output(BATCH, np.int32)))
+    results = capi([c_call("gesdd", dtype, layout=buf.layout, batch=BATCH, jobz=jobz,
+                           m=a.shape[1], n=a.shape[2], a=buf.raw, lda=buf.ld, s=s,
+                           u=u and u.raw, ldu=u.ld if u else 1, vt=vt and vt.raw,
+                           ldvt=vt.ld if vt else 1, info=info)
+                    for jobz, a, buf, s, u, vt, info in cases])
+    assert_success(results, *(info for *_, info in cases))
+    for jobz, a, buf, s, u, vt, _ in cases:
+        check_gesdd(a, s, u and u.matrices, vt and vt.matrices, assert_close)
+        np.testing.assert_array_equal(buf.matrices, a)
+        assert_padding_untouched(buf, *(x for x in (u, vt) if x))
+
+
+def test_syevd(dtype, random_matrix, assert_close, capi):
+    """jobz 'V' and 'N', uplo 'L' and 'U', on non-symmetric input (one triangle is read)."""
+    real = np.finfo(dtype).dtype
+    cases = []
+    for layout, jobz, uplo in itertools.product(LAYOUTS, "VN", "LU"):
+        a = random_matrix((BATCH, 4, 4), dtype)
+        cases.append((jobz, uplo, a, Strided.of(a, layout), output((BATCH, 4), real),
+                      output(BATCH, np.int32)))
+    results = capi([c_call("syevd", dtype, layout=buf.layout, batch=BATCH, jobz=jobz, uplo=uplo,
+                           n=4, a=buf.raw, lda=buf.ld, w=w, info=info)
+                    for jobz, uplo, _, buf, w, info in cases])
+    assert_success(results, *(info for *_, info in cases))
+    for jobz, uplo, a, buf, w, _ in cases:
+        check_syevd(a, w, buf.matrices if jobz == "V" else None, uplo, assert_close)
+        assert_padding_untouched(buf)
+
+
+def test_lapack_info_is_reported(dtype, random_matrix, capi):
+    """A singular matrix (getrf) and a non-positive-definite one (potrf) are LAPACK's info,
+    not failures: first of each batch bad, second fine."""
+    singular = random_matrix((BATCH, 4, 4), dtype)
+    singular[0, :, 1] = 0  # U[1, 1] comes out exactly zero: info 2
+    not_spd = spd(random_matrix, (BATCH, 4, 4), dtype)
+    not_spd[0, 2, 2] = -100  # the leading 3 x 3 minor is not positive definite: info 3
+    calls, infos = [], []
+    for layout in LAYOUTS:
+        lu, chol = Strided.of(singular, layout), Strided.of(not_spd, layout)
+        getrf_info, potrf_info = output(BATCH, np.int32), output(BATCH, np.int32)
+        calls += [c_call("getrf", dtype, layout=layout, batch=BATCH, m=4, n=4, a=lu.raw,
+                         lda=lu.ld, ipiv=output((BATCH, 4), np.int32), info=getrf_info),
+                  c_call("potrf", dtype, layout=layout, batch=BATCH, uplo="L", n=4, a=chol.raw,
+                         lda=chol.ld, info=potrf_info)]
+        infos += [(getrf_info, [2, 0]), (potrf_info, [3, 0])]
+    assert_success(capi(calls))
+    for info, expected in infos:
+        np.testing.assert_array_equal(info, expected)
+
+
+# Flags that make each op's generic call valid.
+_FLAGS = {"potrf": {"uplo": "L"}, "trsm": {"side": "L", "uplo": "L", "trans": "N", "diag": "N"},
+          "gesdd": {"jobz": "A"}, "syevd": {"jobz": "V", "uplo": "L"}}
+_LEADING = {"lda": "a", "ldb": "b", "ldu": "u", "ldvt": "vt"}
+
+
+def generic_args(op, dtype, batch, dim) -> dict:
+    """A valid call of `op` on `batch` dim x dim problems (every dimension `dim`, every leading
+    dimension minimal, column-major), each pointer a SENTINEL-filled buffer big enough."""
+    args = {}
+    for ctype, name in parameters(op):
+        if ctype.endswith("*"):
+            args[name] = np.full(64, sentinel(pointee(ctype, dtype)))
+        elif name in _LEADING:
+            args[name] = max(dim, 1)
+        elif ctype == "char":
+            args[name] = _FLAGS[op][name]
+        else:
+            args[name] = {"layout": COL, "batch": batch}.get(name, dim)
+    return args
+
+
+def test_empty_calls_touch_nothing(capi):
+    """batch = 0 and zero dimensions succeed for every function and write nothing but info
+    (0 for each matrix); null pointers are fine when there is nothing to point at."""
+    calls, untouched, infos = [], [], []
+    for op, dtype in itertools.product(PROTOTYPES, _TYPE_LETTER):
+        for layout, (batch, dim) in itertools.product(LAYOUTS, ((0, 2), (BATCH, 0))):
+            args = generic_args(op, dtype, batch, dim) | {"layout": layout}
+            calls.append(c_call(op, dtype, **args))
+            for name, value in args.items():
+                if name == "info":
+                    infos.append(value[:batch])
+                    untouched.append(value[batch:])
+                elif isinstance(value, np.ndarray):
+                    untouched.append(value)
+        nothing = generic_args(op, dtype, 0, 2)
+        calls.append(c_call(op, dtype, **{name: None if isinstance(value, np.ndarray) else value
+                                          for name, value in nothing.items()}))
+    assert_success(capi(calls), *infos)
+    for buffer in untouched:
+        np.testing.assert_array_equal(buffer, sentinel(buffer.dtype))
+
+
+def invalid_calls(op, dtype):
+    """(call, what its message must say, its arguments) for each invalid argument of `op`,
+    one at a time."""
+    valid = generic_args(op, dtype, BATCH, 2)
+    cases = [(valid | {"layout": 0}, "layout = 0: expected FERRAX_ROW_MAJOR (101) or "
+                                     "FERRAX_COL_MAJOR (102)")]
+    for ctype, name in parameters(op):
+        if ctype.endswith("*"):
+            cases.append((valid | {name: None}, f"{name} is null"))
+        elif name in _LEADING:
+            cases.append((valid | {name: 1}, f"leading dimension of {_LEADING[name]} = 1: "
+                                             "expected >= 2"))
+        elif name in ("batch", "m", "n", "k"):
+            cases.append((valid | {name: -1}, f"{name} = -1: expected >= 0"))
+        elif ctype == "char":
+            cases.append((valid | {name: "X"}, "expected one of"))
+    return [(c_call(op, dtype, **args), message, args) for args, message in cases]
+
+
+def test_invalid_arguments(capi):
+    """Every function: a bad layout, too small leading dimensions, negative sizes, null
+    pointers where data is needed and unknown flags return -1 with a message saying so, and
+    touch no buffer."""
+    cases = [case for op, dtype in itertools.product(PROTOTYPES, _TYPE_LETTER)
+             for case in invalid_calls(op, dtype)]
+    results = capi([call for call, _, _ in cases])
+    for (call, message, args), (rc, error) in zip(cases, results):
+        assert rc == -1 and message in error, (call[0], message, rc, error)
+        for value in args.values():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(value, sentinel(value.dtype), err_msg=call[0])
