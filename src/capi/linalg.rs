@@ -51,8 +51,20 @@ fn size(name: &str, value: i64) -> Result<usize> {
     usize::try_from(value).map_err(|_| format!("{name} = {value}: expected >= 0"))
 }
 
-fn char_flag(value: c_char) -> AttrValue {
-    AttrValue::U8(value as u8)
+/// A LAPACK character flag, checked here so that errors name the C parameter.
+fn char_flag(name: &str, value: c_char, allowed: &[u8]) -> Result<AttrValue> {
+    let value = value as u8;
+    if allowed.contains(&value) {
+        return Ok(AttrValue::U8(value));
+    }
+    let allowed: Vec<String> = allowed
+        .iter()
+        .map(|&c| format!("'{}'", c as char))
+        .collect();
+    Err(format!(
+        "{name} = {value}: expected one of {}",
+        allowed.join(", ")
+    ))
 }
 
 /// A batch of `rows x cols` matrices in the caller's layout at `data`, with leading dimension
@@ -227,6 +239,7 @@ unsafe fn potrf<T: Scalar>(
     lda: i32,
     info: *mut i32,
 ) -> Result<()> {
+    let uplo_flag = char_flag("uplo", uplo, b"LU")?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
     let info = Output::new("info", info, batch, false)?;
@@ -239,7 +252,7 @@ unsafe fn potrf<T: Scalar>(
             buffer(a.dims(), data),
             int_buffer(vec![batch as i64], info.data),
         ],
-        &[("uplo", char_flag(uplo))],
+        &[("uplo", uplo_flag)],
     )?;
     a.unpack(&packed);
     Ok(())
@@ -326,6 +339,10 @@ unsafe fn trsm<T: Scalar>(
     b: *mut T,
     ldb: i32,
 ) -> Result<()> {
+    let side_flag = char_flag("side", side, b"LR")?;
+    let uplo_flag = char_flag("uplo", uplo, b"LU")?;
+    let trans_flag = char_flag("trans", trans, b"NTC")?;
+    let diag_flag = char_flag("diag", diag, b"NU")?;
     let (batch, m, n) = (
         size("batch", batch)?,
         size("m", m.into())?,
@@ -345,10 +362,10 @@ unsafe fn trsm<T: Scalar>(
         ],
         &[buffer(b.dims(), data_b)],
         &[
-            ("side", char_flag(side)),
-            ("uplo", char_flag(uplo)),
-            ("trans_x", char_flag(trans)),
-            ("diag", char_flag(diag)),
+            ("side", side_flag),
+            ("uplo", uplo_flag),
+            ("trans_x", trans_flag),
+            ("diag", diag_flag),
         ],
     )?;
     b.unpack(&packed_b);
@@ -371,6 +388,7 @@ unsafe fn gesdd<T: Scalar>(
     ldvt: i32,
     info: *mut i32,
 ) -> Result<()> {
+    let mode = char_flag("jobz", jobz, b"ASN")?;
     let (batch, m, n) = (
         size("batch", batch)?,
         size("m", m.into())?,
@@ -410,7 +428,7 @@ unsafe fn gesdd<T: Scalar>(
             buffer(vec![b, vt_rows as i64, n], vt_scratch.as_mut_ptr()),
             int_buffer(vec![b], info.data),
         ],
-        &[("mode", char_flag(jobz))],
+        &[("mode", mode)],
     )?;
     if let (Some(u), Some(vt)) = (u, vt) {
         u.unpack(&u_scratch);
@@ -431,6 +449,8 @@ unsafe fn syevd<T: Scalar>(
     w: *mut Real<T>,
     info: *mut i32,
 ) -> Result<()> {
+    let uplo_flag = char_flag("uplo", uplo, b"LU")?;
+    let mode = char_flag("jobz", jobz, b"VN")?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
     let w = Output::new("w", w, batch * n, false)?;
@@ -445,7 +465,7 @@ unsafe fn syevd<T: Scalar>(
             buffer(vec![batch as i64, n as i64], w.data),
             int_buffer(vec![batch as i64], info.data),
         ],
-        &[("uplo", char_flag(uplo)), ("mode", char_flag(jobz))],
+        &[("uplo", uplo_flag), ("mode", mode)],
     )?;
     a.unpack(&packed);
     Ok(())
@@ -497,6 +517,7 @@ unsafe fn sytrd<T: Scalar>(
     tau: *mut T,
     info: *mut i32,
 ) -> Result<()> {
+    let uplo_flag = char_flag("uplo", uplo, b"LU")?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
     let off = n.saturating_sub(1);
@@ -517,7 +538,7 @@ unsafe fn sytrd<T: Scalar>(
             buffer(vec![b, off], tau.data),
             int_buffer(vec![b], info.data),
         ],
-        &[("uplo", char_flag(uplo))],
+        &[("uplo", uplo_flag)],
     )?;
     a.unpack(&packed);
     Ok(())
