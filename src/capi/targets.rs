@@ -43,7 +43,8 @@ targets!(
     (ops::qr::GEQRF_TARGET, "cpu", ops::qr::ferrax_cpu_geqrf),
     (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),
     (ops::eigh::TARGET, "cpu", ops::eigh::ferrax_cpu_syevd),
-    (ops::svd::TARGET, "cpu", ops::svd::ferrax_cpu_gesdd),
+    (ops::svd::GESDD_TARGET, "cpu", ops::svd::ferrax_cpu_gesdd),
+    (ops::svd::GESVD_TARGET, "cpu", ops::svd::ferrax_cpu_gesvd),
 );
 
 /// Returns the target table and writes its length to `count`.
