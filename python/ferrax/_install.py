@@ -37,6 +37,7 @@ _LAPACK_TARGETS = {
     "syevd_ffi": "ferrax_syevd",
     "heevd_ffi": "ferrax_syevd",
     "gesdd_ffi": "ferrax_gesdd",
+    "gesvd_ffi": "ferrax_gesvd",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 
