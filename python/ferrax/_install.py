@@ -40,6 +40,7 @@ _LAPACK_TARGETS = {
     "gehrd_ffi": "ferrax_gehrd",
     "sytrd_ffi": "ferrax_sytrd",
     "hetrd_ffi": "ferrax_sytrd",
+    "gesvd_ffi": "ferrax_gesvd",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 

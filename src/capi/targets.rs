@@ -43,7 +43,6 @@ targets!(
     (ops::qr::GEQRF_TARGET, "cpu", ops::qr::ferrax_cpu_geqrf),
     (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),
     (ops::eigh::TARGET, "cpu", ops::eigh::ferrax_cpu_syevd),
-    (ops::svd::TARGET, "cpu", ops::svd::ferrax_cpu_gesdd),
     (
         ops::hessenberg::TARGET,
         "cpu",
@@ -54,6 +53,8 @@ targets!(
         "cpu",
         ops::tridiagonal::ferrax_cpu_sytrd
     ),
+    (ops::svd::GESDD_TARGET, "cpu", ops::svd::ferrax_cpu_gesdd),
+    (ops::svd::GESVD_TARGET, "cpu", ops::svd::ferrax_cpu_gesvd),
 );
 
 /// Returns the target table and writes its length to `count`.
