@@ -144,6 +144,15 @@ int ferrax_dsytrd(int layout, int64_t batch, char uplo, int32_t n, double *a, in
 int ferrax_chetrd(int layout, int64_t batch, char uplo, int32_t n, ferrax_complex_float *a, int32_t lda, float *d, float *e, ferrax_complex_float *tau, int32_t *info);
 int ferrax_zhetrd(int layout, int64_t batch, char uplo, int32_t n, ferrax_complex_double *a, int32_t lda, double *d, double *e, ferrax_complex_double *tau, int32_t *info);
 
+/*
+ * SVD (QR iteration) with the arguments of `gesdd`; slower but sometimes more accurate
+ * for tiny singular values.
+ */
+int ferrax_sgesvd(int layout, int64_t batch, char jobz, int32_t m, int32_t n, float *a, int32_t lda, float *s, float *u, int32_t ldu, float *vt, int32_t ldvt, int32_t *info);
+int ferrax_dgesvd(int layout, int64_t batch, char jobz, int32_t m, int32_t n, double *a, int32_t lda, double *s, double *u, int32_t ldu, double *vt, int32_t ldvt, int32_t *info);
+int ferrax_cgesvd(int layout, int64_t batch, char jobz, int32_t m, int32_t n, ferrax_complex_float *a, int32_t lda, float *s, ferrax_complex_float *u, int32_t ldu, ferrax_complex_float *vt, int32_t ldvt, int32_t *info);
+int ferrax_zgesvd(int layout, int64_t batch, char jobz, int32_t m, int32_t n, ferrax_complex_double *a, int32_t lda, double *s, ferrax_complex_double *u, int32_t ldu, ferrax_complex_double *vt, int32_t ldvt, int32_t *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -388,6 +388,68 @@ unsafe fn gesdd<T: Scalar>(
     ldvt: i32,
     info: *mut i32,
 ) -> Result<()> {
+    let matrices = (a, lda, s, u, ldu, vt, ldvt, info);
+    svd(
+        ops::svd::ferrax_cpu_gesdd,
+        layout,
+        batch,
+        jobz,
+        m,
+        n,
+        matrices,
+    )
+}
+
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+unsafe fn gesvd<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    jobz: c_char,
+    m: i32,
+    n: i32,
+    a: *mut T,
+    lda: i32,
+    s: *mut Real<T>,
+    u: *mut T,
+    ldu: i32,
+    vt: *mut T,
+    ldvt: i32,
+    info: *mut i32,
+) -> Result<()> {
+    let matrices = (a, lda, s, u, ldu, vt, ldvt, info);
+    svd(
+        ops::svd::ferrax_cpu_gesvd,
+        layout,
+        batch,
+        jobz,
+        m,
+        n,
+        matrices,
+    )
+}
+
+/// The SVD operands of the C functions: `a, lda, s, u, ldu, vt, ldvt, info`.
+type SvdOperands<T> = (
+    *mut T,
+    i32,
+    *mut Real<T>,
+    *mut T,
+    i32,
+    *mut T,
+    i32,
+    *mut i32,
+);
+
+/// `gesdd` and `gesvd` share their contract; only the handler differs.
+unsafe fn svd<T: Scalar>(
+    handler: crate::ffi::sys::XLA_FFI_Handler,
+    layout: c_int,
+    batch: i64,
+    jobz: c_char,
+    m: i32,
+    n: i32,
+    (a, lda, s, u, ldu, vt, ldvt, info): SvdOperands<T>,
+) -> Result<()> {
     let mode = char_flag("jobz", jobz, b"ASN")?;
     let (batch, m, n) = (
         size("batch", batch)?,
@@ -419,7 +481,7 @@ unsafe fn gesdd<T: Scalar>(
     let data = packed.as_mut_ptr();
     let (b, m, n, k) = (batch as i64, m as i64, n as i64, k as i64);
     host::call(
-        ops::svd::ferrax_cpu_gesdd,
+        handler,
         &[buffer(a.dims(), data)],
         &[
             buffer(a.dims(), data),
@@ -647,4 +709,9 @@ c_functions! {
     sytrd => [ferrax_ssytrd, ferrax_dsytrd, ferrax_chetrd, ferrax_zhetrd](
         layout: c_int, batch: i64, uplo: c_char, n: i32, a: *mut T, lda: i32, d: *mut R, e: *mut R,
         tau: *mut T, info: *mut i32);
+    /// SVD (QR iteration) with the arguments of `gesdd`; slower but sometimes more accurate
+    /// for tiny singular values.
+    gesvd => [ferrax_sgesvd, ferrax_dgesvd, ferrax_cgesvd, ferrax_zgesvd](
+        layout: c_int, batch: i64, jobz: c_char, m: i32, n: i32, a: *mut T, lda: i32,
+        s: *mut R, u: *mut T, ldu: i32, vt: *mut T, ldvt: i32, info: *mut i32);
 }
