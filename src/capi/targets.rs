@@ -44,6 +44,8 @@ targets!(
     (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),
     (ops::eigh::TARGET, "cpu", ops::eigh::ferrax_cpu_syevd),
     (ops::svd::TARGET, "cpu", ops::svd::ferrax_cpu_gesdd),
+    (ops::eig::TARGET, "cpu", ops::eig::ferrax_cpu_geev),
+    (ops::schur::TARGET, "cpu", ops::schur::ferrax_cpu_gees),
 );
 
 /// Returns the target table and writes its length to `count`.
