@@ -37,6 +37,8 @@ _LAPACK_TARGETS = {
     "syevd_ffi": "ferrax_syevd",
     "heevd_ffi": "ferrax_syevd",
     "gesdd_ffi": "ferrax_gesdd",
+    "geev_ffi": "ferrax_geev",
+    "gees_ffi": "ferrax_gees",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 
