@@ -41,6 +41,8 @@ _LAPACK_TARGETS = {
     "sytrd_ffi": "ferrax_sytrd",
     "hetrd_ffi": "ferrax_sytrd",
     "gesvd_ffi": "ferrax_gesvd",
+    "geev_ffi": "ferrax_geev",
+    "gees_ffi": "ferrax_gees",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 

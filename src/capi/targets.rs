@@ -55,6 +55,8 @@ targets!(
     ),
     (ops::svd::GESDD_TARGET, "cpu", ops::svd::ferrax_cpu_gesdd),
     (ops::svd::GESVD_TARGET, "cpu", ops::svd::ferrax_cpu_gesvd),
+    (ops::eig::TARGET, "cpu", ops::eig::ferrax_cpu_geev),
+    (ops::schur::TARGET, "cpu", ops::schur::ferrax_cpu_gees),
 );
 
 /// Returns the target table and writes its length to `count`.

@@ -1,17 +1,20 @@
 //! One module per op family. Each declares its target name once and the handlers bound to it
 //! (the same name is registered per platform, with that platform's handler).
 
+pub mod eig;
 pub mod eigh;
 pub mod getrf;
 pub mod hessenberg;
 pub mod pivots;
 pub mod potrf;
 pub mod qr;
+pub mod schur;
 pub mod svd;
 pub mod threefry;
 pub mod tridiagonal;
 pub mod trsm;
 
+use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error, XLA_FFI_Handler};
 use crate::ffi::{Error, NativeType, Result, ThreadPool};
 use ferrax_cpu_fallback::Lapack;
 use num_complex::Complex;
@@ -31,6 +34,30 @@ impl<T> SharedMut<T> {
     /// As `pointer::add`.
     pub unsafe fn at(&self, count: usize) -> *mut T {
         self.0.add(count)
+    }
+}
+
+/// The handler of a target whose results differ between real and complex inputs (jaxlib's
+/// `geev` and `gees` return real eigenvalues as two arrays, complex ones as one): calls `real`
+/// when the call has `real_results` results, else `complex` (which then reports a wrong count).
+/// Both are `ffi_handler!`s with the same target name.
+///
+/// # Safety
+/// `frame` must be a call frame passed by XLA (or null).
+pub(crate) unsafe fn by_result_count(
+    frame: *mut XLA_FFI_CallFrame,
+    real_results: usize,
+    real: XLA_FFI_Handler,
+    complex: XLA_FFI_Handler,
+) -> *mut XLA_FFI_Error {
+    // The result count is in the frame itself, valid even in the metadata handshake.
+    let is_real = frame
+        .as_ref()
+        .is_some_and(|f| usize::try_from(f.rets.size) == Ok(real_results));
+    if is_real {
+        real(frame)
+    } else {
+        complex(frame)
     }
 }
 
