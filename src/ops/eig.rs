@@ -27,7 +27,6 @@ pub const TARGET: &CStr = c"ferrax_geev";
 ///
 /// # Safety
 /// Called by XLA with a valid call frame.
-#[no_mangle]
 pub unsafe extern "C" fn ferrax_cpu_geev(frame: *mut XLA_FFI_CallFrame) -> *mut XLA_FFI_Error {
     // Real input: wr, wi, vl, vr, info.
     by_result_count(frame, 5, ferrax_cpu_geev_real, ferrax_cpu_geev_complex)

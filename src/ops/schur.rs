@@ -26,7 +26,6 @@ pub const TARGET: &CStr = c"ferrax_gees";
 ///
 /// # Safety
 /// Called by XLA with a valid call frame.
-#[no_mangle]
 pub unsafe extern "C" fn ferrax_cpu_gees(frame: *mut XLA_FFI_CallFrame) -> *mut XLA_FFI_Error {
     // Real input: x_out, schur_vectors, eigvals_real, eigvals_imag, selected_eigvals, info.
     by_result_count(frame, 6, ferrax_cpu_gees_real, ferrax_cpu_gees_complex)
