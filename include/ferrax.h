@@ -153,6 +153,26 @@ int ferrax_dgesvd(int layout, int64_t batch, char jobz, int32_t m, int32_t n, do
 int ferrax_cgesvd(int layout, int64_t batch, char jobz, int32_t m, int32_t n, ferrax_complex_float *a, int32_t lda, float *s, ferrax_complex_float *u, int32_t ldu, ferrax_complex_float *vt, int32_t ldvt, int32_t *info);
 int ferrax_zgesvd(int layout, int64_t batch, char jobz, int32_t m, int32_t n, ferrax_complex_double *a, int32_t lda, double *s, ferrax_complex_double *u, int32_t ldu, ferrax_complex_double *vt, int32_t ldvt, int32_t *info);
 
+/*
+ * Eigenvalues (`w`, complex, batch x n) and optionally left (`jobvl` 'V') and right
+ * (`jobvr` 'V') eigenvectors, as complex columns, of `batch` general n x n matrices; `a`
+ * is not modified. Matrices with Inf or NaN entries get info -4.
+ */
+int ferrax_sgeev(int layout, int64_t batch, char jobvl, char jobvr, int32_t n, float *a, int32_t lda, ferrax_complex_float *w, ferrax_complex_float *vl, int32_t ldvl, ferrax_complex_float *vr, int32_t ldvr, int32_t *info);
+int ferrax_dgeev(int layout, int64_t batch, char jobvl, char jobvr, int32_t n, double *a, int32_t lda, ferrax_complex_double *w, ferrax_complex_double *vl, int32_t ldvl, ferrax_complex_double *vr, int32_t ldvr, int32_t *info);
+int ferrax_cgeev(int layout, int64_t batch, char jobvl, char jobvr, int32_t n, ferrax_complex_float *a, int32_t lda, ferrax_complex_float *w, ferrax_complex_float *vl, int32_t ldvl, ferrax_complex_float *vr, int32_t ldvr, int32_t *info);
+int ferrax_zgeev(int layout, int64_t batch, char jobvl, char jobvr, int32_t n, ferrax_complex_double *a, int32_t lda, ferrax_complex_double *w, ferrax_complex_double *vl, int32_t ldvl, ferrax_complex_double *vr, int32_t ldvr, int32_t *info);
+
+/*
+ * Schur decomposition A = Z T Z^H of `batch` n x n matrices: T (quasi-triangular for
+ * real input) overwrites `a`, the eigenvalues go to `w` (complex, batch x n) and, with
+ * `jobvs` 'V', the Schur vectors Z to `vs`.
+ */
+int ferrax_sgees(int layout, int64_t batch, char jobvs, int32_t n, float *a, int32_t lda, ferrax_complex_float *w, float *vs, int32_t ldvs, int32_t *info);
+int ferrax_dgees(int layout, int64_t batch, char jobvs, int32_t n, double *a, int32_t lda, ferrax_complex_double *w, double *vs, int32_t ldvs, int32_t *info);
+int ferrax_cgees(int layout, int64_t batch, char jobvs, int32_t n, ferrax_complex_float *a, int32_t lda, ferrax_complex_float *w, ferrax_complex_float *vs, int32_t ldvs, int32_t *info);
+int ferrax_zgees(int layout, int64_t batch, char jobvs, int32_t n, ferrax_complex_double *a, int32_t lda, ferrax_complex_double *w, ferrax_complex_double *vs, int32_t ldvs, int32_t *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -95,6 +95,7 @@ fn c_type(rust: &str, function: &CFunction) -> String {
         "*mut T" => format!("{} *", function.scalar),
         "*const T" => format!("const {} *", function.scalar),
         "*mut R" => format!("{real} *"),
+        "*mut C" => format!("ferrax_complex_{real} *"),
         other => panic!("{}: no C spelling for Rust type `{other}`", function.name),
     }
 }

@@ -606,6 +606,157 @@ unsafe fn sytrd<T: Scalar>(
     Ok(())
 }
 
+/// Complex eigenvalues as the handlers return them: one complex array for complex input,
+/// real and imaginary parts for real input, which the C ABI then interleaves into `w`.
+struct Eigenvalues<T: Scalar> {
+    w: *mut T::Complex,
+    parts: Vec<Real<T>>,
+    len: usize,
+}
+
+impl<T: Scalar> Eigenvalues<T> {
+    fn new(w: *mut T::Complex, len: usize) -> Result<Self> {
+        Output::new("w", w, len, false)?;
+        let parts = if T::DTYPE.is_complex() {
+            Vec::new()
+        } else {
+            vec![Real::<T>::default(); 2 * len]
+        };
+        Ok(Eigenvalues { w, parts, len })
+    }
+
+    /// The handler's eigenvalue results, shaped `dims`.
+    fn buffers(&mut self, dims: Vec<i64>) -> Vec<BufferArg> {
+        if T::DTYPE.is_complex() {
+            return vec![buffer(dims, self.w)];
+        }
+        let (re, im) = self.parts.split_at_mut(self.len);
+        vec![
+            buffer(dims.clone(), re.as_mut_ptr()),
+            buffer(dims, im.as_mut_ptr()),
+        ]
+    }
+
+    fn finish(&self) {
+        if !self.parts.is_empty() {
+            let (re, im) = self.parts.split_at(self.len);
+            // A complex value is laid out as [re, im] (num_complex's repr(C)).
+            let w = self.w.cast::<Real<T>>();
+            for i in 0..self.len {
+                // SAFETY: `w` holds `len` complex elements (checked in `new`).
+                unsafe { (*w.add(2 * i), *w.add(2 * i + 1)) = (re[i], im[i]) };
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+unsafe fn geev<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    jobvl: c_char,
+    jobvr: c_char,
+    n: i32,
+    a: *mut T,
+    lda: i32,
+    w: *mut T::Complex,
+    vl: *mut T::Complex,
+    ldvl: i32,
+    vr: *mut T::Complex,
+    ldvr: i32,
+    info: *mut i32,
+) -> Result<()> {
+    let left = char_flag("jobvl", jobvl, b"VN")?;
+    let right = char_flag("jobvr", jobvr, b"VN")?;
+    let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
+    let mut w = Eigenvalues::<T>::new(w, batch * n)?;
+    let info = Output::new("info", info, batch, false)?;
+    let wanted = |job: c_char, name, data, ld| -> Result<Option<Matrices<_>>> {
+        if job as u8 == b'V' {
+            Matrices::new(name, layout, [batch, n, n], data, ld).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let (vl, vr) = (
+        wanted(jobvl, "vl", vl, ldvl)?,
+        wanted(jobvr, "vr", vr, ldvr)?,
+    );
+    let mut packed = a.pack();
+    let mut vectors = vec![T::Complex::default(); 2 * batch * n * n];
+    let (left_vectors, right_vectors) = vectors.split_at_mut(batch * n * n);
+    let (b, n) = (batch as i64, n as i64);
+    let mut rets = w.buffers(vec![b, n]);
+    rets.push(buffer(vec![b, n, n], left_vectors.as_mut_ptr()));
+    rets.push(buffer(vec![b, n, n], right_vectors.as_mut_ptr()));
+    rets.push(int_buffer(vec![b], info.data));
+    host::call(
+        ops::eig::ferrax_cpu_geev,
+        &[buffer(a.dims(), packed.as_mut_ptr())],
+        &rets,
+        &[("compute_left", left), ("compute_right", right)],
+    )?;
+    w.finish();
+    if let Some(vl) = vl {
+        vl.unpack(left_vectors);
+    }
+    if let Some(vr) = vr {
+        vr.unpack(right_vectors);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+unsafe fn gees<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    jobvs: c_char,
+    n: i32,
+    a: *mut T,
+    lda: i32,
+    w: *mut T::Complex,
+    vs: *mut T,
+    ldvs: i32,
+    info: *mut i32,
+) -> Result<()> {
+    let mode = char_flag("jobvs", jobvs, b"VN")?;
+    let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
+    let mut w = Eigenvalues::<T>::new(w, batch * n)?;
+    let info = Output::new("info", info, batch, false)?;
+    let vs = if jobvs as u8 == b'V' {
+        Some(Matrices::new("vs", layout, [batch, n, n], vs, ldvs)?)
+    } else {
+        None
+    };
+    let mut packed = a.pack();
+    let mut vectors = vec![T::default(); batch * n * n];
+    // LAPACK's `sdim`, the number of eigenvalues selected by sorting, which is not offered.
+    let mut sdim = vec![0i32; batch];
+    let data = packed.as_mut_ptr();
+    let (b, n) = (batch as i64, n as i64);
+    let mut rets = vec![
+        buffer(a.dims(), data),
+        buffer(vec![b, n, n], vectors.as_mut_ptr()),
+    ];
+    rets.extend(w.buffers(vec![b, n]));
+    rets.push(int_buffer(vec![b], sdim.as_mut_ptr()));
+    rets.push(int_buffer(vec![b], info.data));
+    host::call(
+        ops::schur::ferrax_cpu_gees,
+        &[buffer(a.dims(), data)],
+        &rets,
+        &[("mode", mode), ("sort", AttrValue::U8(b'N'))],
+    )?;
+    w.finish();
+    a.unpack(&packed);
+    if let Some(vs) = vs {
+        vs.unpack(&vectors);
+    }
+    Ok(())
+}
+
 /// One exported C function of the ABI: its name and its parameters as (name, Rust type), for
 /// the generated header (`include/ferrax.h`).
 pub struct CFunction {
@@ -617,7 +768,8 @@ pub struct CFunction {
 }
 
 /// Exports `generic::<T>` once per LAPACK scalar under the four given names, and lists each in
-/// [`C_FUNCTIONS`]. Parameter types may use `T` (the scalar) and `R` (its real type).
+/// [`C_FUNCTIONS`]. Parameter types may use `T` (the scalar), `R` (its real type) and `C`
+/// (the complex type of that precision).
 macro_rules! c_functions {
     ($(
         $(#[doc = $doc:literal])*
@@ -642,8 +794,11 @@ macro_rules! c_functions {
         mod $name {
             use super::*;
             type T = $t;
-            #[allow(dead_code)] // not every op has a real-typed parameter
+            // Not every op has real- or complex-typed parameters.
+            #[allow(dead_code)]
             type R = $r;
+            #[allow(dead_code)]
+            type C = Complex<$r>;
             /// # Safety
             /// The pointers must be valid for the dimensions given, as in LAPACK.
             #[no_mangle]
@@ -714,4 +869,16 @@ c_functions! {
     gesvd => [ferrax_sgesvd, ferrax_dgesvd, ferrax_cgesvd, ferrax_zgesvd](
         layout: c_int, batch: i64, jobz: c_char, m: i32, n: i32, a: *mut T, lda: i32,
         s: *mut R, u: *mut T, ldu: i32, vt: *mut T, ldvt: i32, info: *mut i32);
+    /// Eigenvalues (`w`, complex, batch x n) and optionally left (`jobvl` 'V') and right
+    /// (`jobvr` 'V') eigenvectors, as complex columns, of `batch` general n x n matrices; `a`
+    /// is not modified. Matrices with Inf or NaN entries get info -4.
+    geev => [ferrax_sgeev, ferrax_dgeev, ferrax_cgeev, ferrax_zgeev](
+        layout: c_int, batch: i64, jobvl: c_char, jobvr: c_char, n: i32, a: *mut T, lda: i32,
+        w: *mut C, vl: *mut C, ldvl: i32, vr: *mut C, ldvr: i32, info: *mut i32);
+    /// Schur decomposition A = Z T Z^H of `batch` n x n matrices: T (quasi-triangular for
+    /// real input) overwrites `a`, the eigenvalues go to `w` (complex, batch x n) and, with
+    /// `jobvs` 'V', the Schur vectors Z to `vs`.
+    gees => [ferrax_sgees, ferrax_dgees, ferrax_cgees, ferrax_zgees](
+        layout: c_int, batch: i64, jobvs: c_char, n: i32, a: *mut T, lda: i32, w: *mut C,
+        vs: *mut T, ldvs: i32, info: *mut i32);
 }

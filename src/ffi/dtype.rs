@@ -48,6 +48,10 @@ impl DataType {
         }
     }
 
+    pub fn is_complex(self) -> bool {
+        matches!(self, DataType::C64 | DataType::C128)
+    }
+
     pub fn to_raw(self) -> i32 {
         match self {
             DataType::Pred => 1,

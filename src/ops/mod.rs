@@ -129,6 +129,8 @@ pub(crate) fn lapack_dim(buffer: &crate::ffi::Buffer<'_>, value: usize) -> Resul
 pub(crate) trait Scalar:
     NativeType + Lapack<Real: NativeType + Default + Into<f64>> + Default
 {
+    /// The complex scalar of the same precision (eigenvalues of real matrices are complex).
+    type Complex: NativeType + Default;
     const ONE: Self;
     /// The real part (LAPACK reports workspace sizes in the real part of `work[0]`).
     fn re(self) -> f64;
@@ -136,8 +138,9 @@ pub(crate) trait Scalar:
 }
 
 macro_rules! scalar {
-    ($t:ty, $one:expr, |$x:ident| $re:expr, $finite:expr) => {
+    ($t:ty, $complex:ty, $one:expr, |$x:ident| $re:expr, $finite:expr) => {
         impl Scalar for $t {
+            type Complex = $complex;
             const ONE: Self = $one;
             fn re(self) -> f64 {
                 let $x = self;
@@ -150,10 +153,22 @@ macro_rules! scalar {
         }
     };
 }
-scalar!(f32, 1.0, |x| x.into(), x.is_finite());
-scalar!(f64, 1.0, |x| x, x.is_finite());
-scalar!(Complex<f32>, Complex::new(1.0, 0.0), |x| x.re.into(), x.re.is_finite() && x.im.is_finite());
-scalar!(Complex<f64>, Complex::new(1.0, 0.0), |x| x.re, x.re.is_finite() && x.im.is_finite());
+scalar!(f32, Complex<f32>, 1.0, |x| x.into(), x.is_finite());
+scalar!(f64, Complex<f64>, 1.0, |x| x, x.is_finite());
+scalar!(
+    Complex<f32>,
+    Complex<f32>,
+    Complex::new(1.0, 0.0),
+    |x| x.re.into(),
+    x.re.is_finite() && x.im.is_finite()
+);
+scalar!(
+    Complex<f64>,
+    Complex<f64>,
+    Complex::new(1.0, 0.0),
+    |x| x.re,
+    x.re.is_finite() && x.im.is_finite()
+);
 
 /// Calls `f::<T>(args)` with `T` the LAPACK scalar of `buffer`'s dtype, or returns an error
 /// naming the buffer.
