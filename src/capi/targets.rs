@@ -44,6 +44,16 @@ targets!(
     (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),
     (ops::eigh::TARGET, "cpu", ops::eigh::ferrax_cpu_syevd),
     (ops::svd::TARGET, "cpu", ops::svd::ferrax_cpu_gesdd),
+    (
+        ops::tridiagonal_solve::GTSV_TARGET,
+        "cpu",
+        ops::tridiagonal_solve::ferrax_cpu_gtsv
+    ),
+    (
+        ops::tridiagonal_solve::PERTURBED_TARGET,
+        "cpu",
+        ops::tridiagonal_solve::ferrax_cpu_tridiagonal_solve_perturbed
+    ),
 );
 
 /// Returns the target table and writes its length to `count`.

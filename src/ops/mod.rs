@@ -8,6 +8,7 @@ pub mod potrf;
 pub mod qr;
 pub mod svd;
 pub mod threefry;
+pub mod tridiagonal_solve;
 pub mod trsm;
 
 use crate::ffi::{Error, NativeType, Result, ThreadPool};
