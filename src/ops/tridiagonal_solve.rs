@@ -158,7 +158,7 @@ fn gtsv_typed<T: Scalar>(
     );
     let matrix_len = shape.matrix_len();
     // Elimination on the three diagonals, then two sweeps over each right-hand side.
-    let flops = rows.saturating_mul(8 + 6 * cols);
+    let flops = rows.saturating_mul(cols.saturating_mul(6).saturating_add(8));
     for_each_parallel(&pool, shape.batch, flops, &|i| {
         // SAFETY: system `i` and its info are written by this task alone. As jaxlib, LAPACK's
         // sub-diagonal starts at `dl[1]` (one past the end of a 1 x 1 system's `dl`, which
@@ -204,7 +204,7 @@ fn perturbed_typed<T: NativeType + Field>(
     };
     let x = SharedMut(x.as_mut_ptr());
     let workspace_len = tridiagonal::workspace_len(rows, shape.cols);
-    let flops = rows.saturating_mul(10 + 8 * shape.cols);
+    let flops = rows.saturating_mul(shape.cols.saturating_mul(8).saturating_add(10));
     for_each_chunk(&pool, shape.batch, flops, &|range| {
         let mut workspace = vec![T::ZERO; workspace_len];
         for i in range {
