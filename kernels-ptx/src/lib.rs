@@ -6,3 +6,4 @@
 
 pub mod pivots;
 pub mod threefry;
+pub mod tridiagonal;

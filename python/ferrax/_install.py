@@ -43,6 +43,7 @@ _LAPACK_TARGETS = {
     "gesvd_ffi": "ferrax_gesvd",
     "geev_ffi": "ferrax_geev",
     "gees_ffi": "ferrax_gees",
+    "gtsv_ffi": "ferrax_gtsv",
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 
@@ -61,12 +62,25 @@ def _threefry2x32(key0, key1, x0, x1):
     return list(random.threefry2x32(key0, key1, x0, x1))
 
 
+_jax_tridiagonal_solve_cpu_lowering = lax_linalg._tridiagonal_solve_cpu_lowering
+
+
+def _tridiagonal_solve(ctx, dl, d, du, b, *, perturb_singular):
+    if not perturb_singular:  # jax's rule, which names ?gtsv through prepare_lapack_call
+        return _jax_tridiagonal_solve_cpu_lowering(ctx, dl, d, du, b, perturb_singular=False)
+    # jax names this target outright; same operands, layouts and result as jax's rule.
+    rule = lax_linalg._linalg_ffi_lowering("ferrax_tridiagonal_solve_perturbed",
+                                           avals_out=[ctx.avals_in[-1]])
+    return rule(ctx, dl, d, du, b)
+
+
 def _routes():
     """(platform, jax primitive, lowering rule) for every primitive ferrax takes over."""
     return [
         ("cpu", lax_linalg.lu_pivots_to_permutation_p,
          mlir.lower_fun(_lu_pivots_to_permutation, multiple_results=False)),
         ("cpu", jax_threefry.threefry2x32_p, mlir.lower_fun(_threefry2x32, multiple_results=True)),
+        ("cpu", lax_linalg.tridiagonal_solve_p, _tridiagonal_solve),
     ]
 
 

@@ -57,6 +57,16 @@ targets!(
     (ops::svd::GESVD_TARGET, "cpu", ops::svd::ferrax_cpu_gesvd),
     (ops::eig::TARGET, "cpu", ops::eig::ferrax_cpu_geev),
     (ops::schur::TARGET, "cpu", ops::schur::ferrax_cpu_gees),
+    (
+        ops::tridiagonal_solve::GTSV_TARGET,
+        "cpu",
+        ops::tridiagonal_solve::ferrax_cpu_gtsv
+    ),
+    (
+        ops::tridiagonal_solve::PERTURBED_TARGET,
+        "cpu",
+        ops::tridiagonal_solve::ferrax_cpu_tridiagonal_solve_perturbed
+    ),
 );
 
 /// Returns the target table and writes its length to `count`.

@@ -12,6 +12,7 @@ pub mod schur;
 pub mod svd;
 pub mod threefry;
 pub mod tridiagonal;
+pub mod tridiagonal_solve;
 pub mod trsm;
 
 use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error, XLA_FFI_Handler};
