@@ -34,6 +34,9 @@ _LAPACK_TARGETS = {
     # jax names the real and complex routines apart; one ferrax target takes all dtypes.
     "orgqr_ffi": "ferrax_orgqr",
     "ungqr_ffi": "ferrax_orgqr",
+    "ormqr_ffi": "ferrax_ormqr",
+    "unmqr_ffi": "ferrax_ormqr",
+    "geqp3_ffi": "ferrax_geqp3",
     "syevd_ffi": "ferrax_syevd",
     "heevd_ffi": "ferrax_syevd",
     "gesdd_ffi": "ferrax_gesdd",

@@ -42,6 +42,8 @@ targets!(
     (ops::trsm::TARGET, "cpu", ops::trsm::ferrax_cpu_trsm),
     (ops::qr::GEQRF_TARGET, "cpu", ops::qr::ferrax_cpu_geqrf),
     (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),
+    (ops::qr::ORMQR_TARGET, "cpu", ops::qr::ferrax_cpu_ormqr),
+    (ops::qr::GEQP3_TARGET, "cpu", ops::qr::ferrax_cpu_geqp3),
     (ops::eigh::TARGET, "cpu", ops::eigh::ferrax_cpu_syevd),
     (
         ops::hessenberg::TARGET,

@@ -4,15 +4,25 @@
 //!   the reflectors below it) and `tau` `[..., min(m, n)]` out.
 //! - `orgqr` (`lapack_?orgqr_ffi` / `lapack_?ungqr_ffi`): reflectors `x` `[..., m, n]` (m >= n)
 //!   and `tau` `[..., k]` (k <= n) in; `x_out`, the first n columns of Q, out.
+//! - `ormqr` (`lapack_?ormqr_ffi` / `lapack_?unmqr_ffi`): reflectors `a` `[..., a_rows, a_cols]`,
+//!   `tau` `[..., k]` and `c` `[..., m, n]` in; `c_out` (aliasing `c`) = Q c, Q^H c, c Q or
+//!   c Q^H out, Q being `a_rows x a_rows`. Attributes `left` and `transpose` (PRED).
+//! - `geqp3` (`lapack_?geqp3_ffi`): `x` `[..., m, n]` and S32 `jpvt` `[..., n]` (non-zero: a
+//!   column to move up front) in; `x_out` (as geqrf's), `jpvt_out` (1-based column pivots) and
+//!   `tau` `[..., min(m, n)]` out, the first two aliasing the inputs.
 
-use crate::ffi::{Buffer, Error, MatrixBatch, Result, ThreadPool};
+use crate::ffi::{Buffer, DataType, Error, MatrixBatch, Result, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{for_each_chunk, lapack_dim, query_lwork, routine, Scalar, SharedMut};
-use std::ffi::CStr;
+use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
+use num_complex::Complex;
+use std::ffi::{c_char, CStr};
 
 pub const GEQRF_TARGET: &CStr = c"ferrax_geqrf";
 pub const ORGQR_TARGET: &CStr = c"ferrax_orgqr";
+pub const ORMQR_TARGET: &CStr = c"ferrax_ormqr";
+pub const GEQP3_TARGET: &CStr = c"ferrax_geqp3";
 
 ffi_handler! {
     /// Householder QR on the host through LAPACK, batch split across XLA's thread pool.
@@ -37,6 +47,35 @@ ffi_handler! {
     body = orgqr_cpu;
 }
 
+ffi_handler! {
+    /// Multiplication by Q from Householder reflectors on the host through LAPACK, batch split
+    /// across XLA's thread pool.
+    pub fn ferrax_cpu_ormqr = ORMQR_TARGET;
+    ctx pool: ThreadPool;
+    arg a: Buffer;
+    arg tau: Buffer;
+    arg c: Buffer;
+    ret c_out: Buffer;
+    attr left: bool;
+    attr transpose: bool;
+    traits = 0;
+    body = ormqr_cpu;
+}
+
+ffi_handler! {
+    /// QR with column pivoting on the host through LAPACK, batch split across XLA's thread
+    /// pool.
+    pub fn ferrax_cpu_geqp3 = GEQP3_TARGET;
+    ctx pool: ThreadPool;
+    arg x: Buffer;
+    arg jpvt: Buffer;
+    ret x_out: Buffer;
+    ret jpvt_out: Buffer;
+    ret tau: Buffer;
+    traits = 0;
+    body = geqp3_cpu;
+}
+
 fn geqrf_cpu(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
@@ -55,7 +94,31 @@ fn orgqr_cpu(
     dispatch_lapack!(x, orgqr_typed(pool, x, tau, x_out))
 }
 
-/// Both routines return `info < 0` only for an invalid argument, which the shape checks rule
+#[allow(clippy::too_many_arguments)] // one parameter per operand, as ffi_handler! passes them
+fn ormqr_cpu(
+    pool: ThreadPool<'_>,
+    a: Buffer<'_>,
+    tau: Buffer<'_>,
+    c: Buffer<'_>,
+    c_out: Buffer<'_>,
+    left: bool,
+    transpose: bool,
+) -> Result<()> {
+    dispatch_lapack!(a, ormqr_typed(pool, a, tau, c, c_out, left, transpose))
+}
+
+fn geqp3_cpu(
+    pool: ThreadPool<'_>,
+    x: Buffer<'_>,
+    jpvt: Buffer<'_>,
+    x_out: Buffer<'_>,
+    jpvt_out: Buffer<'_>,
+    tau: Buffer<'_>,
+) -> Result<()> {
+    dispatch_lapack!(x, geqp3_typed(pool, x, jpvt, x_out, jpvt_out, tau))
+}
+
+/// All four routines return `info < 0` only for an invalid argument, which the shape checks rule
 /// out: such a failure is a bug here, not a property of the input.
 fn check_info(routine: &str, info: i32) -> Result<()> {
     if info == 0 {
@@ -198,3 +261,299 @@ fn orgqr_typed<T: Scalar>(
         Ok(())
     })
 }
+
+fn ormqr_typed<T: Scalar>(
+    pool: ThreadPool<'_>,
+    a: Buffer<'_>,
+    tau: Buffer<'_>,
+    c: Buffer<'_>,
+    c_out: Buffer<'_>,
+    left: bool,
+    transpose: bool,
+) -> Result<()> {
+    let reflectors = MatrixBatch::of(&a)?;
+    let batch_dims = reflectors.batch_dims(&a);
+    let q_order = reflectors.rows;
+    c.expect_dtype(T::DTYPE)?;
+    let shape = MatrixBatch::of(&c)?;
+    // Q (q_order x q_order) meets c's rows from the left, its columns from the right.
+    let (meets, expected) = if left {
+        (shape.rows, format!("[{q_order}, n]"))
+    } else {
+        (shape.cols, format!("[m, {q_order}]"))
+    };
+    if shape.batch_dims(&c) != batch_dims || meets != q_order {
+        return Err(c.mismatch(
+            format!(
+                "shape {batch_dims:?} + {expected} (left = {left}, a's shape {:?})",
+                a.dims()
+            ),
+            format!("shape {:?}", c.dims()),
+        ));
+    }
+    tau.expect_dtype(T::DTYPE)?;
+    // LAPACK reads k reflectors, a's first k columns, each of length q_order.
+    let max_k = reflectors.rows.min(reflectors.cols);
+    let k = match tau.dims().split_last() {
+        Some((&k, tau_batch)) if tau_batch == batch_dims && k as usize <= max_k => k as usize,
+        _ => {
+            return Err(tau.mismatch(
+                format!("shape {batch_dims:?} + [k] with k <= {max_k}"),
+                format!("shape {:?}", tau.dims()),
+            ))
+        }
+    };
+    let side = if left { b'L' } else { b'R' } as c_char;
+    // Real ?ormqr takes 'T', complex ?unmqr 'C': Q^T or Q^H, jax's `transpose` either way.
+    let complex = matches!(T::DTYPE, DataType::C64 | DataType::C128);
+    let trans = match (transpose, complex) {
+        (false, _) => b'N',
+        (true, false) => b'T',
+        (true, true) => b'C',
+    } as c_char;
+    let (m, n) = (lapack_dim(&c, shape.rows)?, lapack_dim(&c, shape.cols)?);
+    let reflector_count = lapack_dim(&tau, k)?;
+    let lda = lapack_dim(&a, q_order.max(1))?;
+    let ldc = m.max(1);
+    c.copy_into(&c_out)?;
+    // LAPACK's quick return: an empty c, or no reflectors (Q = I), leaves c as it is.
+    if shape.batch == 0 || shape.matrix_len() == 0 || k == 0 {
+        return Ok(());
+    }
+    let ormqr = routine(T::ormqr())?;
+    // SAFETY: `c` is no longer read; `a` and `tau` are arguments, distinct from the result.
+    let (a, tau, c_out) = unsafe {
+        (
+            a.as_slice::<T>()?,
+            tau.as_slice::<T>()?,
+            c_out.as_mut_slice::<T>()?,
+        )
+    };
+    let c_out = SharedMut(c_out.as_mut_ptr());
+    // Every matrix has the same shape, so one query sizes the workspace of all.
+    // SAFETY: a query only writes `work[0]` and `info`.
+    let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
+        ormqr(
+            &side,
+            &trans,
+            &m,
+            &n,
+            &reflector_count,
+            a.as_ptr(),
+            &lda,
+            tau.as_ptr(),
+            c_out.at(0),
+            &ldc,
+            work,
+            lwork,
+            info,
+        )
+    })?;
+    let (a_len, c_len) = (reflectors.matrix_len(), shape.matrix_len());
+    let used_len = q_order * k;
+    // Each reflector costs about 4 flops per element of c.
+    let flops = c_len.saturating_mul(4 * k);
+    for_each_chunk(&pool, shape.batch, flops, &|range| {
+        let mut work = vec![T::default(); lwork as usize];
+        // ?ormqr (through ?orm2r) sets each reflector's diagonal element to 1 while it applies
+        // it, restoring it after. Other ops of the executable may read `a` meanwhile (stock
+        // jaxlib's target races with them there), so LAPACK gets a copy of the k columns.
+        let mut reflectors = vec![T::default(); used_len];
+        let mut info = 0;
+        for b in range {
+            reflectors.copy_from_slice(&a[b * a_len..][..used_len]);
+            // SAFETY: matrix `b` of `c_out` is written by this task alone; LAPACK uses the
+            // `k` columns of `reflectors` (k <= a_cols), `k` taus, `ldc * n` elements of
+            // `c_out` and `lwork` elements of `work`.
+            unsafe {
+                ormqr(
+                    &side,
+                    &trans,
+                    &m,
+                    &n,
+                    &reflector_count,
+                    reflectors.as_mut_ptr(),
+                    &lda,
+                    tau[b * k..].as_ptr(),
+                    c_out.at(b * c_len),
+                    &ldc,
+                    work.as_mut_ptr(),
+                    &lwork,
+                    &mut info,
+                )
+            };
+            check_info("ormqr", info)?;
+        }
+        Ok(())
+    })
+}
+
+fn geqp3_typed<T: Geqp3>(
+    pool: ThreadPool<'_>,
+    x: Buffer<'_>,
+    jpvt: Buffer<'_>,
+    x_out: Buffer<'_>,
+    jpvt_out: Buffer<'_>,
+    tau: Buffer<'_>,
+) -> Result<()> {
+    let shape = MatrixBatch::of(&x)?;
+    let batch_dims = shape.batch_dims(&x);
+    let k = shape.rows.min(shape.cols);
+    jpvt.expect_dtype(DataType::S32)?;
+    jpvt.expect_dims(&[batch_dims, &[shape.cols as i64]].concat())?;
+    tau.expect_dtype(T::DTYPE)?;
+    tau.expect_dims(&[batch_dims, &[k as i64]].concat())?;
+    let (m, n) = (lapack_dim(&x, shape.rows)?, lapack_dim(&x, shape.cols)?);
+    let lda = m.max(1);
+    x.copy_into(&x_out)?;
+    jpvt.copy_into(&jpvt_out)?;
+    // No columns, nothing to pivot. With m = 0 LAPACK still numbers the columns (fixed ones
+    // first), so it is called: it touches no matrix element then.
+    if shape.batch == 0 || shape.cols == 0 {
+        return Ok(());
+    }
+    let geqp3 = T::routine()?;
+    // SAFETY: `x` and `jpvt` are no longer read; the results are distinct buffers.
+    let (x_out, jpvt_out, tau) = unsafe {
+        (
+            x_out.as_mut_slice::<T>()?,
+            jpvt_out.as_mut_slice::<i32>()?,
+            tau.as_mut_slice::<T>()?,
+        )
+    };
+    let (x_out, jpvt_out, tau) = (
+        SharedMut(x_out.as_mut_ptr()),
+        SharedMut(jpvt_out.as_mut_ptr()),
+        SharedMut(tau.as_mut_ptr()),
+    );
+    // Every matrix has the same shape, so one query sizes the workspace of all. For m = 0 the
+    // query answers 1, yet with fixed columns ?geqp3 then calls ?ormqr, which wants n.
+    // SAFETY: a query only writes `work[0]` and `info` (`rwork` is not touched).
+    let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
+        T::geqp3(
+            geqp3,
+            &m,
+            &n,
+            x_out.at(0),
+            &lda,
+            jpvt_out.at(0),
+            tau.at(0),
+            work,
+            lwork,
+            std::ptr::null_mut(),
+            info,
+        )
+    })?
+    .max(n);
+    let rwork_len = T::RWORK_PER_COLUMN * shape.cols;
+    let matrix_len = shape.matrix_len();
+    let flops = matrix_len.saturating_mul(2 * k);
+    for_each_chunk(&pool, shape.batch, flops, &|range| {
+        let mut work = vec![T::default(); lwork as usize];
+        let mut rwork = vec![<Real<T>>::default(); rwork_len];
+        let mut info = 0;
+        for b in range {
+            // SAFETY: matrix `b`, its pivots and its taus are written by this task alone;
+            // LAPACK touches `lda * n` elements, `n` pivots, `k` taus, `lwork` elements of
+            // `work` and `2n` of `rwork` (complex only).
+            unsafe {
+                T::geqp3(
+                    geqp3,
+                    &m,
+                    &n,
+                    x_out.at(b * matrix_len),
+                    &lda,
+                    jpvt_out.at(b * shape.cols),
+                    tau.at(b * k),
+                    work.as_mut_ptr(),
+                    &lwork,
+                    rwork.as_mut_ptr(),
+                    &mut info,
+                )
+            };
+            check_info("geqp3", info)?;
+        }
+        Ok(())
+    })
+}
+
+/// `?geqp3` for one scalar type: the complex routines take a real workspace of 2n, the real
+/// ones none.
+trait Geqp3: Scalar {
+    type Routine: Copy + Send + Sync;
+    /// `rwork`'s length per column of the matrix.
+    const RWORK_PER_COLUMN: usize;
+    fn routine() -> Result<Self::Routine>;
+    /// # Safety
+    /// As LAPACK's `?geqp3` (`rwork` is ignored for real scalars).
+    #[allow(clippy::too_many_arguments)] // LAPACK's argument list
+    unsafe fn geqp3(
+        f: Self::Routine,
+        m: &i32,
+        n: &i32,
+        a: *mut Self,
+        lda: &i32,
+        jpvt: *mut i32,
+        tau: *mut Self,
+        work: *mut Self,
+        lwork: *const i32,
+        rwork: *mut Real<Self>,
+        info: *mut i32,
+    );
+}
+
+macro_rules! geqp3_real {
+    ($($t:ty),*) => {$(
+        impl Geqp3 for $t {
+            type Routine = Geqp3Real<$t>;
+            const RWORK_PER_COLUMN: usize = 0;
+            fn routine() -> Result<Self::Routine> {
+                routine(<$t as RealLapack>::geqp3())
+            }
+            unsafe fn geqp3(
+                f: Self::Routine,
+                m: &i32,
+                n: &i32,
+                a: *mut Self,
+                lda: &i32,
+                jpvt: *mut i32,
+                tau: *mut Self,
+                work: *mut Self,
+                lwork: *const i32,
+                _rwork: *mut $t,
+                info: *mut i32,
+            ) {
+                f(m, n, a, lda, jpvt, tau, work, lwork, info)
+            }
+        }
+    )*};
+}
+geqp3_real!(f32, f64);
+
+macro_rules! geqp3_complex {
+    ($($t:ty),*) => {$(
+        impl Geqp3 for Complex<$t> {
+            type Routine = Geqp3Complex<Complex<$t>>;
+            const RWORK_PER_COLUMN: usize = 2;
+            fn routine() -> Result<Self::Routine> {
+                routine(<Complex<$t> as ComplexLapack>::geqp3())
+            }
+            unsafe fn geqp3(
+                f: Self::Routine,
+                m: &i32,
+                n: &i32,
+                a: *mut Self,
+                lda: &i32,
+                jpvt: *mut i32,
+                tau: *mut Self,
+                work: *mut Self,
+                lwork: *const i32,
+                rwork: *mut $t,
+                info: *mut i32,
+            ) {
+                f(m, n, a, lda, jpvt, tau, work, lwork, rwork, info)
+            }
+        }
+    )*};
+}
+geqp3_complex!(f32, f64);
