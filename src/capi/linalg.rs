@@ -195,7 +195,7 @@ fn int_buffer(dims: Vec<i64>, data: *mut i32) -> BufferArg {
     }
 }
 
-unsafe fn getrf<T: Scalar>(
+pub(crate) unsafe fn getrf<T: Scalar>(
     layout: c_int,
     batch: i64,
     m: i32,
@@ -230,7 +230,7 @@ unsafe fn getrf<T: Scalar>(
     Ok(())
 }
 
-unsafe fn potrf<T: Scalar>(
+pub(crate) unsafe fn potrf<T: Scalar>(
     layout: c_int,
     batch: i64,
     uplo: c_char,
@@ -258,7 +258,7 @@ unsafe fn potrf<T: Scalar>(
     Ok(())
 }
 
-unsafe fn geqrf<T: Scalar>(
+pub(crate) unsafe fn geqrf<T: Scalar>(
     layout: c_int,
     batch: i64,
     m: i32,
@@ -291,7 +291,7 @@ unsafe fn geqrf<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-unsafe fn orgqr<T: Scalar>(
+pub(crate) unsafe fn orgqr<T: Scalar>(
     layout: c_int,
     batch: i64,
     m: i32,
@@ -325,7 +325,7 @@ unsafe fn orgqr<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the BLAS argument list
-unsafe fn trsm<T: Scalar>(
+pub(crate) unsafe fn trsm<T: Scalar>(
     layout: c_int,
     batch: i64,
     side: c_char,
@@ -373,7 +373,7 @@ unsafe fn trsm<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-unsafe fn gesdd<T: Scalar>(
+pub(crate) unsafe fn gesdd<T: Scalar>(
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -401,7 +401,7 @@ unsafe fn gesdd<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-unsafe fn gesvd<T: Scalar>(
+pub(crate) unsafe fn gesvd<T: Scalar>(
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -500,7 +500,7 @@ unsafe fn svd<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-unsafe fn syevd<T: Scalar>(
+pub(crate) unsafe fn syevd<T: Scalar>(
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -534,7 +534,7 @@ unsafe fn syevd<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-unsafe fn gehrd<T: Scalar>(
+pub(crate) unsafe fn gehrd<T: Scalar>(
     layout: c_int,
     batch: i64,
     n: i32,
@@ -567,7 +567,7 @@ unsafe fn gehrd<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-unsafe fn sytrd<T: Scalar>(
+pub(crate) unsafe fn sytrd<T: Scalar>(
     layout: c_int,
     batch: i64,
     uplo: c_char,
@@ -651,7 +651,7 @@ impl<T: Scalar> Eigenvalues<T> {
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-unsafe fn geev<T: Scalar>(
+pub(crate) unsafe fn geev<T: Scalar>(
     layout: c_int,
     batch: i64,
     jobvl: c_char,
@@ -708,7 +708,7 @@ unsafe fn geev<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-unsafe fn gees<T: Scalar>(
+pub(crate) unsafe fn gees<T: Scalar>(
     layout: c_int,
     batch: i64,
     jobvs: c_char,
