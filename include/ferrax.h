@@ -173,6 +173,58 @@ int ferrax_dgees(int layout, int64_t batch, char jobvs, int32_t n, double *a, in
 int ferrax_cgees(int layout, int64_t batch, char jobvs, int32_t n, ferrax_complex_float *a, int32_t lda, ferrax_complex_float *w, ferrax_complex_float *vs, int32_t ldvs, int32_t *info);
 int ferrax_zgees(int layout, int64_t batch, char jobvs, int32_t n, ferrax_complex_double *a, int32_t lda, ferrax_complex_double *w, ferrax_complex_double *vs, int32_t ldvs, int32_t *info);
 
+/* Drop-in replacements for the LAPACK custom calls PennyLane Catalyst's compiler emits, with its
+ * calling convention: `data` and `results` point to arrays of pointers to
+ * struct { int64_t rank; void *data_aligned; int8_t dtype; } (Catalyst's EncodedMemref):
+ * the custom call's attributes in alphabetical order and each operand's sizes as rank-0
+ * tensors, then the operands; ROW-MAJOR, contiguous batches. They return nothing: on an
+ * invalid call the message is in ferrax_last_error(), float outputs are NaN and info is -1.
+ */
+void lapack_strsm_ffi(void **data, void **results);
+void lapack_dtrsm_ffi(void **data, void **results);
+void lapack_ctrsm_ffi(void **data, void **results);
+void lapack_ztrsm_ffi(void **data, void **results);
+void lapack_sgetrf_ffi(void **data, void **results);
+void lapack_dgetrf_ffi(void **data, void **results);
+void lapack_cgetrf_ffi(void **data, void **results);
+void lapack_zgetrf_ffi(void **data, void **results);
+void lapack_sgeqrf_ffi(void **data, void **results);
+void lapack_dgeqrf_ffi(void **data, void **results);
+void lapack_cgeqrf_ffi(void **data, void **results);
+void lapack_zgeqrf_ffi(void **data, void **results);
+void lapack_sorgqr_ffi(void **data, void **results);
+void lapack_dorgqr_ffi(void **data, void **results);
+void lapack_cungqr_ffi(void **data, void **results);
+void lapack_zungqr_ffi(void **data, void **results);
+void lapack_spotrf_ffi(void **data, void **results);
+void lapack_dpotrf_ffi(void **data, void **results);
+void lapack_cpotrf_ffi(void **data, void **results);
+void lapack_zpotrf_ffi(void **data, void **results);
+void lapack_sgesdd_ffi(void **data, void **results);
+void lapack_dgesdd_ffi(void **data, void **results);
+void lapack_cgesdd_ffi(void **data, void **results);
+void lapack_zgesdd_ffi(void **data, void **results);
+void lapack_ssyevd_ffi(void **data, void **results);
+void lapack_dsyevd_ffi(void **data, void **results);
+void lapack_cheevd_ffi(void **data, void **results);
+void lapack_zheevd_ffi(void **data, void **results);
+void lapack_sgeev_ffi(void **data, void **results);
+void lapack_dgeev_ffi(void **data, void **results);
+void lapack_cgeev_ffi(void **data, void **results);
+void lapack_zgeev_ffi(void **data, void **results);
+void lapack_sgees_ffi(void **data, void **results);
+void lapack_dgees_ffi(void **data, void **results);
+void lapack_cgees_ffi(void **data, void **results);
+void lapack_zgees_ffi(void **data, void **results);
+void lapack_sgehrd_ffi(void **data, void **results);
+void lapack_dgehrd_ffi(void **data, void **results);
+void lapack_cgehrd_ffi(void **data, void **results);
+void lapack_zgehrd_ffi(void **data, void **results);
+void lapack_ssytrd_ffi(void **data, void **results);
+void lapack_dsytrd_ffi(void **data, void **results);
+void lapack_chetrd_ffi(void **data, void **results);
+void lapack_zhetrd_ffi(void **data, void **results);
+
 #ifdef __cplusplus
 }
 #endif

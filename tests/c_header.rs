@@ -1,9 +1,11 @@
 //! `include/ferrax.h` is generated from the C ABI's own declarations
-//! (`ferrax::capi::linalg::C_FUNCTIONS`): this test regenerates it and fails on any difference
-//! (`FERRAX_BLESS=1 cargo test --test c_header` rewrites it). It also checks that the shared
+//! (`ferrax::capi::linalg::C_FUNCTIONS`, `ferrax::capi::catalyst::CATALYST_FUNCTIONS`): this
+//! test regenerates it and fails on any difference (`FERRAX_BLESS=1 cargo test --test c_header`
+//! rewrites it). It also checks that the shared
 //! library exports exactly the functions the header declares, and that the header compiles
 //! as C11 and C++17 with every warning an error.
 
+use ferrax::capi::catalyst::CATALYST_FUNCTIONS;
 use ferrax::capi::linalg::{CFunction, C_FUNCTIONS, FERRAX_COL_MAJOR, FERRAX_ROW_MAJOR};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -70,6 +72,16 @@ typedef struct ferrax_target {
 const ferrax_target *ferrax_targets(size_t *count);
 "#;
 
+const CATALYST: &str = r#"
+/* Drop-in replacements for the LAPACK custom calls PennyLane Catalyst's compiler emits, with its
+ * calling convention: `data` and `results` point to arrays of pointers to
+ * struct { int64_t rank; void *data_aligned; int8_t dtype; } (Catalyst's EncodedMemref):
+ * the custom call's attributes in alphabetical order and each operand's sizes as rank-0
+ * tensors, then the operands; ROW-MAJOR, contiguous batches. They return nothing: on an
+ * invalid call the message is in ferrax_last_error(), float outputs are NaN and info is -1.
+ */
+"#;
+
 const POSTAMBLE: &str = r#"
 #ifdef __cplusplus
 }
@@ -129,6 +141,10 @@ fn generate() -> String {
             .collect();
         header.push_str(&format!("int {}({});\n", function.name, params.join(", ")));
     }
+    header.push_str(CATALYST);
+    for name in CATALYST_FUNCTIONS {
+        header.push_str(&format!("void {name}(void **data, void **results);\n"));
+    }
     header + POSTAMBLE
 }
 
@@ -158,7 +174,7 @@ fn declared(header: &str) -> Vec<String> {
         .filter(|l| !l.starts_with(' ') && !l.starts_with('#') && !l.starts_with('*'))
         .filter_map(|l| l.split_once('(').map(|(head, _)| head))
         .filter_map(|head| head.split(|c: char| c == ' ' || c == '*').next_back())
-        .filter(|name| name.starts_with("ferrax_"))
+        .filter(|name| name.starts_with("ferrax_") || name.starts_with("lapack_"))
         .map(str::to_string)
         .collect();
     names.sort();

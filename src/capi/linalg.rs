@@ -34,7 +34,7 @@ pub extern "C" fn ferrax_last_error() -> *const c_char {
 }
 
 /// Runs one C entry point: a failure or panic becomes -1 with its message saved.
-fn guard(body: impl FnOnce() -> Result<()>) -> c_int {
+pub(crate) fn guard(body: impl FnOnce() -> Result<()>) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(body))
         .unwrap_or_else(|_| Err("internal error: panic in ferrax".to_string()));
     match outcome {

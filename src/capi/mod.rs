@@ -3,6 +3,7 @@
 
 mod host;
 mod lapack;
+pub mod catalyst;
 pub mod linalg;
 mod targets;
 
