@@ -193,11 +193,11 @@ fn run(name: &str, body: impl FnOnce(&mut Poison) -> Result<()>) {
 /// getrf: data `[b, m, n, a]`, results `[a_out, ipiv, info]`.
 unsafe fn getrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (b, m, n) = (data.dim(0)?, data.dim(1)?, data.dim(2)?);
-    let a: *mut T = data.ptr(3, 2)?;
     let (a_out, ipiv, info) = (out.ptr::<T>(0, 2)?, out.ptr(1, 1)?, out.ptr(2, 1)?);
     let len = count(&[b, m, n])?;
     poison.scalar(a_out, len);
     poison.info(info, b as usize);
+    let a: *mut T = data.ptr(3, 2)?;
     copy_in("a", a, a_out, len)?;
     linalg::getrf::<T>(ROW, b.into(), m, n, a_out, lda(n), ipiv, info)
 }
@@ -205,11 +205,11 @@ unsafe fn getrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 /// geqrf: data `[b, m, n, a]`, results `[a_out, tau]`.
 unsafe fn geqrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (b, m, n) = (data.dim(0)?, data.dim(1)?, data.dim(2)?);
-    let a: *mut T = data.ptr(3, 2)?;
     let (a_out, tau) = (out.ptr::<T>(0, 2)?, out.ptr::<T>(1, 1)?);
     let len = count(&[b, m, n])?;
     poison.scalar(a_out, len);
     poison.scalar(tau, count(&[b, m.min(n)])?);
+    let a: *mut T = data.ptr(3, 2)?;
     copy_in("a", a, a_out, len)?;
     linalg::geqrf::<T>(ROW, b.into(), m, n, a_out, lda(n), tau)
 }
@@ -228,11 +228,11 @@ unsafe fn orgqr<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
     } else {
         (data.dim(3)?, 4)
     };
-    let a: *mut T = data.ptr(first, 2)?;
-    let tau: *mut T = data.ptr(first + 1, 1)?;
     let a_out = out.ptr::<T>(0, 2)?;
     let len = count(&[b, m, n])?;
     poison.scalar(a_out, len);
+    let a: *mut T = data.ptr(first, 2)?;
+    let tau: *mut T = data.ptr(first + 1, 1)?;
     copy_in("a", a, a_out, len)?;
     linalg::orgqr::<T>(ROW, b.into(), m, n, k, a_out, lda(n), tau)
 }
@@ -241,7 +241,6 @@ unsafe fn orgqr<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 unsafe fn potrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let uplo = data.flag(0)?;
     let (b, rows, n) = (data.dim(1)?, data.dim(2)?, data.dim(3)?);
-    let a: *mut T = data.ptr(4, 2)?;
     let (a_out, info) = (out.ptr::<T>(0, 2)?, out.ptr(1, 1)?);
     let len = count(&[b, rows, n])?;
     poison.scalar(a_out, len);
@@ -249,6 +248,7 @@ unsafe fn potrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
     if rows != n {
         return Err(format!("a is {rows} x {n}: expected a square matrix"));
     }
+    let a: *mut T = data.ptr(4, 2)?;
     copy_in("a", a, a_out, len)?;
     linalg::potrf::<T>(ROW, b.into(), uplo, n, a_out, lda(n), info)
 }
@@ -267,8 +267,6 @@ unsafe fn trsm<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
     let uplo = pick(data.flag(3)?, b'L', b'U');
     let (a_batch, a_rows, a_cols) = (data.dim(4)?, data.dim(5)?, data.dim(6)?);
     let (batch, m, n) = (data.dim(7)?, data.dim(8)?, data.dim(9)?);
-    let a: *mut T = data.ptr(10, 2)?;
-    let b: *mut T = data.ptr(11, 2)?;
     let x = out.ptr::<T>(0, 2)?;
     let len = count(&[batch, m, n])?;
     poison.scalar(x, len);
@@ -278,6 +276,8 @@ unsafe fn trsm<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
             "a is {a_batch} x {a_rows} x {a_cols}: expected {batch} x {k} x {k}"
         ));
     }
+    let a: *mut T = data.ptr(10, 2)?;
+    let b: *mut T = data.ptr(11, 2)?;
     copy_in("b", b, x, len)?;
     linalg::trsm::<T>(
         ROW,
@@ -300,7 +300,6 @@ unsafe fn trsm<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
 unsafe fn gesdd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let jobz = data.flag(0)?;
     let (b, m, n) = (data.dim(1)?, data.dim(2)?, data.dim(3)?);
-    let a: *mut T = data.ptr(4, 2)?;
     let a_out = out.ptr::<T>(0, 2)?;
     let s = out.ptr::<Real<T>>(1, 1)?;
     let (u, vt) = (out.ptr::<T>(2, 0)?, out.ptr::<T>(3, 0)?);
@@ -318,6 +317,7 @@ unsafe fn gesdd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
         poison.scalar(u, count(&[b, m, u_cols])?);
         poison.scalar(vt, count(&[b, vt_rows, n])?);
     }
+    let a: *mut T = data.ptr(4, 2)?;
     copy_in("a", a, a_out, len)?;
     linalg::gesdd::<T>(
         ROW,
@@ -340,7 +340,6 @@ unsafe fn gesdd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 unsafe fn syevd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (jobz, uplo) = (data.flag(0)?, data.flag(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
-    let a: *mut T = data.ptr(5, 2)?;
     let (a_out, w, info) = (out.ptr::<T>(0, 2)?, out.ptr(1, 1)?, out.ptr(2, 1)?);
     let len = count(&[b, rows, n])?;
     poison.scalar(a_out, len);
@@ -349,6 +348,7 @@ unsafe fn syevd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
     if rows != n {
         return Err(format!("a is {rows} x {n}: expected a square matrix"));
     }
+    let a: *mut T = data.ptr(5, 2)?;
     copy_in("a", a, a_out, len)?;
     linalg::syevd::<T>(ROW, b.into(), jobz, uplo, n, a_out, lda(n), w, info)
 }
@@ -408,7 +408,6 @@ impl<T: Scalar> Eigenvalues<T> {
 unsafe fn geev<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (jobvl, jobvr) = (data.flag(0)?, data.flag(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
-    let a: *mut T = data.ptr(5, 2)?;
     let (w, next) = Eigenvalues::<T>::new(out, 0, count(&[b, n])?, poison)?;
     let vl = out.ptr::<T::Complex>(next, 2)?;
     let vr = out.ptr::<T::Complex>(next + 1, 2)?;
@@ -425,6 +424,7 @@ unsafe fn geev<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
         return Err(format!("a is {rows} x {n}: expected a square matrix"));
     }
     let mut work = vec![T::default(); len];
+    let a: *mut T = data.ptr(5, 2)?;
     copy_in("a", a, work.as_mut_ptr(), len)?;
     linalg::geev::<T>(
         ROW,
@@ -449,7 +449,6 @@ unsafe fn geev<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
 unsafe fn gees<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (jobvs, sort) = (data.flag(0)?, data.flag(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
-    let a: *mut T = data.ptr(5, 2)?;
     let (a_out, vs) = (out.ptr::<T>(0, 2)?, out.ptr::<T>(1, 2)?);
     let len = count(&[b, rows, n])?;
     poison.scalar(a_out, len);
@@ -462,6 +461,7 @@ unsafe fn gees<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
     if sort as u8 != b'N' {
         return Err(format!("sort = {}: only 'N' is supported", sort as u8));
     }
+    let a: *mut T = data.ptr(5, 2)?;
     copy_in("a", a, a_out, len)?;
     linalg::gees::<T>(
         ROW,
@@ -490,7 +490,6 @@ unsafe fn gees<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
 unsafe fn gehrd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (ihi, ilo): (i32, i32) = (data.scalar(0)?, data.scalar(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
-    let a: *mut T = data.ptr(5, 2)?;
     let (a_out, tau, info) = (out.ptr::<T>(0, 2)?, out.ptr::<T>(1, 1)?, out.ptr(2, 1)?);
     let len = count(&[b, rows, n])?;
     poison.scalar(a_out, len);
@@ -499,6 +498,7 @@ unsafe fn gehrd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
     if rows != n {
         return Err(format!("a is {rows} x {n}: expected a square matrix"));
     }
+    let a: *mut T = data.ptr(5, 2)?;
     copy_in("a", a, a_out, len)?;
     linalg::gehrd::<T>(ROW, b.into(), n, ilo, ihi, a_out, lda(n), tau, info)
 }
@@ -507,7 +507,6 @@ unsafe fn gehrd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 unsafe fn sytrd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let uplo = data.flag(0)?;
     let (b, rows, n) = (data.dim(1)?, data.dim(2)?, data.dim(3)?);
-    let a: *mut T = data.ptr(4, 2)?;
     let a_out = out.ptr::<T>(0, 2)?;
     let (d, e) = (out.ptr::<Real<T>>(1, 1)?, out.ptr::<Real<T>>(2, 1)?);
     let (tau, info) = (out.ptr::<T>(3, 1)?, out.ptr(4, 1)?);
@@ -521,6 +520,7 @@ unsafe fn sytrd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
     if rows != n {
         return Err(format!("a is {rows} x {n}: expected a square matrix"));
     }
+    let a: *mut T = data.ptr(4, 2)?;
     copy_in("a", a, a_out, len)?;
     linalg::sytrd::<T>(ROW, b.into(), uplo, n, a_out, lda(n), d, e, tau, info)
 }
