@@ -44,6 +44,11 @@ targets!(
     (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),
     (ops::eigh::TARGET, "cpu", ops::eigh::ferrax_cpu_syevd),
     (ops::svd::TARGET, "cpu", ops::svd::ferrax_cpu_gesdd),
+    (
+        ops::sparse::TARGET,
+        "cpu",
+        ops::sparse::ferrax_cpu_csr_sparse_dense
+    ),
 );
 
 /// Returns the target table and writes its length to `count`.

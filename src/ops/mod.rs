@@ -6,6 +6,7 @@ pub mod getrf;
 pub mod pivots;
 pub mod potrf;
 pub mod qr;
+pub mod sparse;
 pub mod svd;
 pub mod threefry;
 pub mod trsm;
