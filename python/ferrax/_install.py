@@ -1,23 +1,34 @@
 """``ferrax.install()``: route jax's own primitives to ferrax targets, per platform.
 
 Only lowering rules change: jax's abstract evaluation, batching and differentiation rules stay,
-so unmodified ``jnp.linalg`` / ``jax.scipy.linalg`` / ``jax.random`` code runs on ferrax.
+so unmodified ``jnp.linalg`` / ``jax.scipy.linalg`` / ``jax.random`` / ``jax.experimental.sparse``
+code runs on ferrax.
 
 jax's CPU linalg lowerings all name their LAPACK target through one function,
 ``jaxlib.lapack.prepare_lapack_call``; ferrax's CPU targets keep jaxlib's contract (operands,
 attributes, layouts, ``info``), so redirecting that name is all it takes, and jax's own
 post-processing (pivot offsets, NaN where ``info`` fails) stays exactly as it is.
+
+jax's CPU sparse lowering names its target itself: ``_csr_spmm_cpu_lowering`` in
+``jax.experimental.sparse._lowerings``, registered for ``csr_spmv_p``/``csr_spmm_p`` and looked up
+through the module by the BCSR ``dot_general`` lowering; ferrax swaps in the same rule with its
+own target name, in both places.
 """
 
 from __future__ import annotations
 
 import threading
+import types
 
 import jax
 import jaxlib.lapack as jaxlib_lapack
+from jax._src import ffi as jax_ffi
 from jax._src.interpreters import mlir
 from jax._src.lax import linalg as lax_linalg
 from jax._src.random import threefry2x32 as jax_threefry
+# Imported here rather than on install: importing it registers jax's own sparse lowering rules,
+# which must already be in place when install() saves the rules it replaces.
+from jax.experimental.sparse import _lowerings as sparse_lowerings
 
 from ferrax import _primitives, linalg, random
 from ferrax._registry import register
@@ -77,6 +88,12 @@ def _tridiagonal_solve(ctx, dl, d, du, b, *, perturb_singular):
     return rule(ctx, dl, d, du, b)
 
 
+def _csr_spmm_cpu_lowering(ctx, data, outer_indices, inner_indices, rhs):
+    # jax's rule with ferrax's target: same operands, layouts and (no) attributes.
+    return jax_ffi.ffi_lowering("ferrax_csr_sparse_dense")(ctx, data, outer_indices, inner_indices,
+                                                          rhs)
+
+
 def _routes():
     """(platform, jax primitive, lowering rule) for every primitive ferrax takes over."""
     return [
@@ -84,7 +101,14 @@ def _routes():
          mlir.lower_fun(_lu_pivots_to_permutation, multiple_results=False)),
         ("cpu", jax_threefry.threefry2x32_p, mlir.lower_fun(_threefry2x32, multiple_results=True)),
         ("cpu", lax_linalg.tridiagonal_solve_p, _tridiagonal_solve),
+        ("cpu", sparse_lowerings.csr_spmv_p, _csr_spmm_cpu_lowering),
+        ("cpu", sparse_lowerings.csr_spmm_p, _csr_spmm_cpu_lowering),
     ]
+
+
+def _module_routes():
+    """(module, attribute, replacement) for lowering rules that jax calls through a module."""
+    return [(sparse_lowerings, "_csr_spmm_cpu_lowering", _csr_spmm_cpu_lowering)]
 
 
 def install() -> None:
@@ -100,6 +124,9 @@ def install() -> None:
         for platform, prim, rule in _routes():
             _saved[(platform, prim)] = mlir._platform_specific_lowerings[platform].get(prim)
             mlir.register_lowering(prim, rule, platform=platform)
+        for module, name, replacement in _module_routes():
+            _saved[(module, name)] = getattr(module, name)
+            setattr(module, name, replacement)
     jax.clear_caches()
 
 
@@ -110,11 +137,13 @@ def uninstall() -> None:
         if _saved is None:
             return
         jaxlib_lapack.prepare_lapack_call = _jaxlib_prepare_lapack_call
-        for (platform, prim), entry in _saved.items():
-            if entry is None:
-                mlir._platform_specific_lowerings[platform].pop(prim, None)
+        for (owner, key), entry in _saved.items():
+            if isinstance(owner, types.ModuleType):  # a _module_routes() attribute
+                setattr(owner, key, entry)
+            elif entry is None:
+                mlir._platform_specific_lowerings[owner].pop(key, None)
             else:
-                mlir._platform_specific_lowerings[platform][prim] = entry
+                mlir._platform_specific_lowerings[owner][key] = entry
         _saved = None
     jax.clear_caches()
 

@@ -69,6 +69,11 @@ targets!(
         "cpu",
         ops::tridiagonal_solve::ferrax_cpu_tridiagonal_solve_perturbed
     ),
+    (
+        ops::sparse::TARGET,
+        "cpu",
+        ops::sparse::ferrax_cpu_csr_sparse_dense
+    ),
 );
 
 /// Returns the target table and writes its length to `count`.

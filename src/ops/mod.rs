@@ -9,6 +9,7 @@ pub mod pivots;
 pub mod potrf;
 pub mod qr;
 pub mod schur;
+pub mod sparse;
 pub mod svd;
 pub mod threefry;
 pub mod tridiagonal;
