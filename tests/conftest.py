@@ -122,3 +122,21 @@ def installed():
     assert ferrax.installed()
     yield
     ferrax.uninstall()
+
+
+@pytest.fixture
+def stock_per_output():
+    """``stock_per_output(fn, *args)``: ``fn``'s outputs with stock jax, each output computed by
+    its own jitted function. jaxlib 0.10.2's LAPACK handlers wait on XLA's thread pool for their
+    batch chunks, so two of them running at once on a 2-thread pool can deadlock each other;
+    one custom call per executable cannot. (ferrax's handlers do their own chunks while they
+    wait, so the ferrax side may run everything in one executable.)"""
+
+    def run(fn, *args):
+        assert not ferrax.installed()
+        structure = jax.tree.structure(jax.eval_shape(fn, *args))
+        leaves = [np.asarray(jax.jit(lambda *a, i=i: jax.tree.leaves(fn(*a))[i])(*args))
+                  for i in range(structure.num_leaves)]
+        return jax.tree.unflatten(structure, leaves)
+
+    return run
