@@ -173,6 +173,36 @@ int ferrax_dgees(int layout, int64_t batch, char jobvs, int32_t n, double *a, in
 int ferrax_cgees(int layout, int64_t batch, char jobvs, int32_t n, ferrax_complex_float *a, int32_t lda, ferrax_complex_float *w, ferrax_complex_float *vs, int32_t ldvs, int32_t *info);
 int ferrax_zgees(int layout, int64_t batch, char jobvs, int32_t n, ferrax_complex_double *a, int32_t lda, ferrax_complex_double *w, ferrax_complex_double *vs, int32_t ldvs, int32_t *info);
 
+/*
+ * Multiplies the m x n matrices `c` by Q from `k` reflectors of `geqrf` (`a`, m x k for
+ * `side` 'L' and n x k for 'R', and `tau`, batch x k): op(Q) C or C op(Q), op per `trans`
+ * ('N', or 'T' / 'C' for the (conjugate) transpose); the product overwrites `c`.
+ */
+int ferrax_sormqr(int layout, int64_t batch, char side, char trans, int32_t m, int32_t n, int32_t k, const float *a, int32_t lda, const float *tau, float *c, int32_t ldc);
+int ferrax_dormqr(int layout, int64_t batch, char side, char trans, int32_t m, int32_t n, int32_t k, const double *a, int32_t lda, const double *tau, double *c, int32_t ldc);
+int ferrax_cunmqr(int layout, int64_t batch, char side, char trans, int32_t m, int32_t n, int32_t k, const ferrax_complex_float *a, int32_t lda, const ferrax_complex_float *tau, ferrax_complex_float *c, int32_t ldc);
+int ferrax_zunmqr(int layout, int64_t batch, char side, char trans, int32_t m, int32_t n, int32_t k, const ferrax_complex_double *a, int32_t lda, const ferrax_complex_double *tau, ferrax_complex_double *c, int32_t ldc);
+
+/*
+ * QR with column pivoting of `batch` m x n matrices: on entry `jpvt` (batch x n) marks
+ * columns to keep in front (nonzero) or free (0); on exit it holds the 1-based column
+ * permutation; R and the reflectors overwrite `a`, their scales go to `tau`.
+ */
+int ferrax_sgeqp3(int layout, int64_t batch, int32_t m, int32_t n, float *a, int32_t lda, int32_t *jpvt, float *tau);
+int ferrax_dgeqp3(int layout, int64_t batch, int32_t m, int32_t n, double *a, int32_t lda, int32_t *jpvt, double *tau);
+int ferrax_cgeqp3(int layout, int64_t batch, int32_t m, int32_t n, ferrax_complex_float *a, int32_t lda, int32_t *jpvt, ferrax_complex_float *tau);
+int ferrax_zgeqp3(int layout, int64_t batch, int32_t m, int32_t n, ferrax_complex_double *a, int32_t lda, int32_t *jpvt, ferrax_complex_double *tau);
+
+/*
+ * Solves `batch` tridiagonal systems with `nrhs` right-hand sides (`b`, n x nrhs, which
+ * the solution overwrites). `dl`, `d` and `du` hold n entries each, as in JAX: `dl[0]` and
+ * `du[n - 1]` are ignored; they are overwritten by the factorization.
+ */
+int ferrax_sgtsv(int layout, int64_t batch, int32_t n, int32_t nrhs, float *dl, float *d, float *du, float *b, int32_t ldb, int32_t *info);
+int ferrax_dgtsv(int layout, int64_t batch, int32_t n, int32_t nrhs, double *dl, double *d, double *du, double *b, int32_t ldb, int32_t *info);
+int ferrax_cgtsv(int layout, int64_t batch, int32_t n, int32_t nrhs, ferrax_complex_float *dl, ferrax_complex_float *d, ferrax_complex_float *du, ferrax_complex_float *b, int32_t ldb, int32_t *info);
+int ferrax_zgtsv(int layout, int64_t batch, int32_t n, int32_t nrhs, ferrax_complex_double *dl, ferrax_complex_double *d, ferrax_complex_double *du, ferrax_complex_double *b, int32_t ldb, int32_t *info);
+
 /* Drop-in replacements for the LAPACK custom calls PennyLane Catalyst's compiler emits, with its
  * calling convention: `data` and `results` point to arrays of pointers to
  * struct { int64_t rank; void *data_aligned; int8_t dtype; } (Catalyst's EncodedMemref):

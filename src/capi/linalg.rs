@@ -606,6 +606,148 @@ pub(crate) unsafe fn sytrd<T: Scalar>(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+pub(crate) unsafe fn ormqr<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    side: c_char,
+    trans: c_char,
+    m: i32,
+    n: i32,
+    k: i32,
+    a: *const T,
+    lda: i32,
+    tau: *const T,
+    c: *mut T,
+    ldc: i32,
+) -> Result<()> {
+    // The handler takes booleans; the characters are checked so that errors name them.
+    char_flag("side", side, b"LR")?;
+    char_flag("trans", trans, b"NTC")?;
+    let (left, transpose) = (side as u8 == b'L', trans as u8 != b'N');
+    let (batch, m, n, k) = (
+        size("batch", batch)?,
+        size("m", m.into())?,
+        size("n", n.into())?,
+        size("k", k.into())?,
+    );
+    let a = Matrices::new(
+        "a",
+        layout,
+        [batch, if left { m } else { n }, k],
+        a.cast_mut(),
+        lda,
+    )?;
+    let tau = Output::new("tau", tau.cast_mut(), batch * k, false)?;
+    let c = Matrices::new("c", layout, [batch, m, n], c, ldc)?;
+    let mut packed_a = a.pack();
+    let mut packed_c = c.pack();
+    let data_c = packed_c.as_mut_ptr();
+    host::call(
+        ops::qr::ferrax_cpu_ormqr,
+        &[
+            buffer(a.dims(), packed_a.as_mut_ptr()),
+            buffer(vec![batch as i64, k as i64], tau.data),
+            buffer(c.dims(), data_c),
+        ],
+        &[buffer(c.dims(), data_c)],
+        &[
+            ("left", AttrValue::Bool(left)),
+            ("transpose", AttrValue::Bool(transpose)),
+        ],
+    )?;
+    c.unpack(&packed_c);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+pub(crate) unsafe fn geqp3<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    m: i32,
+    n: i32,
+    a: *mut T,
+    lda: i32,
+    jpvt: *mut i32,
+    tau: *mut T,
+) -> Result<()> {
+    let (batch, m, n) = (
+        size("batch", batch)?,
+        size("m", m.into())?,
+        size("n", n.into())?,
+    );
+    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
+    let jpvt = Output::new("jpvt", jpvt, batch * n, false)?;
+    let k = m.min(n);
+    let tau = Output::new("tau", tau, batch * k, false)?;
+    let mut packed = a.pack();
+    let data = packed.as_mut_ptr();
+    let pivots = int_buffer(vec![batch as i64, n as i64], jpvt.data);
+    host::call(
+        ops::qr::ferrax_cpu_geqp3,
+        &[
+            buffer(a.dims(), data),
+            int_buffer(vec![batch as i64, n as i64], jpvt.data),
+        ],
+        &[
+            buffer(a.dims(), data),
+            pivots,
+            buffer(vec![batch as i64, k as i64], tau.data),
+        ],
+        &[],
+    )?;
+    a.unpack(&packed);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+pub(crate) unsafe fn gtsv<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    n: i32,
+    nrhs: i32,
+    dl: *mut T,
+    d: *mut T,
+    du: *mut T,
+    b: *mut T,
+    ldb: i32,
+    info: *mut i32,
+) -> Result<()> {
+    let (batch, n, nrhs) = (
+        size("batch", batch)?,
+        size("n", n.into())?,
+        size("nrhs", nrhs.into())?,
+    );
+    let dl = Output::new("dl", dl, batch * n, false)?;
+    let d = Output::new("d", d, batch * n, false)?;
+    let du = Output::new("du", du, batch * n, false)?;
+    let info = Output::new("info", info, batch, false)?;
+    let b = Matrices::new("b", layout, [batch, n, nrhs], b, ldb)?;
+    let mut packed = b.pack();
+    let data = packed.as_mut_ptr();
+    let vector = vec![batch as i64, n as i64];
+    let diagonal = |data: *mut T| buffer(vector.clone(), data);
+    host::call(
+        ops::tridiagonal_solve::ferrax_cpu_gtsv,
+        &[
+            diagonal(dl.data),
+            diagonal(d.data),
+            diagonal(du.data),
+            buffer(b.dims(), data),
+        ],
+        &[
+            diagonal(dl.data),
+            diagonal(d.data),
+            diagonal(du.data),
+            buffer(b.dims(), data),
+            int_buffer(vec![batch as i64], info.data),
+        ],
+        &[],
+    )?;
+    b.unpack(&packed);
+    Ok(())
+}
+
 /// Complex eigenvalues as the handlers return them: one complex array for complex input,
 /// real and imaginary parts for real input, which the C ABI then interleaves into `w`.
 struct Eigenvalues<T: Scalar> {
@@ -881,4 +1023,22 @@ c_functions! {
     gees => [ferrax_sgees, ferrax_dgees, ferrax_cgees, ferrax_zgees](
         layout: c_int, batch: i64, jobvs: c_char, n: i32, a: *mut T, lda: i32, w: *mut C,
         vs: *mut T, ldvs: i32, info: *mut i32);
+    /// Multiplies the m x n matrices `c` by Q from `k` reflectors of `geqrf` (`a`, m x k for
+    /// `side` 'L' and n x k for 'R', and `tau`, batch x k): op(Q) C or C op(Q), op per `trans`
+    /// ('N', or 'T' / 'C' for the (conjugate) transpose); the product overwrites `c`.
+    ormqr => [ferrax_sormqr, ferrax_dormqr, ferrax_cunmqr, ferrax_zunmqr](
+        layout: c_int, batch: i64, side: c_char, trans: c_char, m: i32, n: i32, k: i32,
+        a: *const T, lda: i32, tau: *const T, c: *mut T, ldc: i32);
+    /// QR with column pivoting of `batch` m x n matrices: on entry `jpvt` (batch x n) marks
+    /// columns to keep in front (nonzero) or free (0); on exit it holds the 1-based column
+    /// permutation; R and the reflectors overwrite `a`, their scales go to `tau`.
+    geqp3 => [ferrax_sgeqp3, ferrax_dgeqp3, ferrax_cgeqp3, ferrax_zgeqp3](
+        layout: c_int, batch: i64, m: i32, n: i32, a: *mut T, lda: i32, jpvt: *mut i32,
+        tau: *mut T);
+    /// Solves `batch` tridiagonal systems with `nrhs` right-hand sides (`b`, n x nrhs, which
+    /// the solution overwrites). `dl`, `d` and `du` hold n entries each, as in JAX: `dl[0]` and
+    /// `du[n - 1]` are ignored; they are overwritten by the factorization.
+    gtsv => [ferrax_sgtsv, ferrax_dgtsv, ferrax_cgtsv, ferrax_zgtsv](
+        layout: c_int, batch: i64, n: i32, nrhs: i32, dl: *mut T, d: *mut T, du: *mut T,
+        b: *mut T, ldb: i32, info: *mut i32);
 }
