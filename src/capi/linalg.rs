@@ -195,6 +195,7 @@ fn int_buffer(dims: Vec<i64>, data: *mut i32) -> BufferArg {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
 pub(crate) unsafe fn getrf<T: Scalar>(
     layout: c_int,
     batch: i64,
