@@ -173,7 +173,7 @@ fn declared(header: &str) -> Vec<String> {
         .lines()
         .filter(|l| !l.starts_with(' ') && !l.starts_with('#') && !l.starts_with('*'))
         .filter_map(|l| l.split_once('(').map(|(head, _)| head))
-        .filter_map(|head| head.split(|c: char| c == ' ' || c == '*').next_back())
+        .filter_map(|head| head.split([' ', '*']).next_back())
         .filter(|name| name.starts_with("ferrax_") || name.starts_with("lapack_"))
         .map(str::to_string)
         .collect();
