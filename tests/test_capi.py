@@ -17,6 +17,7 @@ import itertools
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 import numpy as np
@@ -158,6 +159,146 @@ def check_syevd(a, w, v, uplo, close):
     assert_orthonormal(v, close)
 
 
+def householder_product(v, tau, reverse=False):
+    """Q = H_1 H_2 ... H_k (H_k ... H_1 if `reverse`), H_i = I - tau_i v_i v_i^H, for the
+    explicit reflector columns `v` (batch, n, k) and scales `tau` (batch, k)."""
+    n = v.shape[-2]
+    q = np.broadcast_to(np.eye(n, dtype=v.dtype), v.shape[:-2] + (n, n)).copy()
+    order = range(v.shape[-1])
+    for i in reversed(order) if reverse else order:
+        vi = v[..., :, i:i + 1]
+        q = q - (q @ vi) * tau[..., None, None, i] @ transposed(vi.conj())
+    return q
+
+
+def qr_reflectors(qr, k):
+    """The first k reflector columns that geqrf (geqp3) stores below the diagonal of `qr`."""
+    m = qr.shape[-2]
+    return np.tril(qr[..., :k], -1) + np.eye(m, k, dtype=qr.dtype)
+
+
+def lapack(name, dtype):
+    return scipy.linalg.get_lapack_funcs(name, dtype=np.dtype(dtype))
+
+
+def check_geqp3(a, qr, jpvt, tau, close, fixed=()):
+    """1-based pivots with the `fixed` (0-based) columns first in order; without fixed columns,
+    reflectors, R, tau and pivots as LAPACK's geqp3 (scipy.linalg.qr(pivoting=True)). Either
+    way Q R = A P."""
+    for x, out, p, t in zip(a, qr, jpvt, tau):
+        assert sorted(p) == list(range(1, x.shape[1] + 1)), p
+        if fixed:
+            np.testing.assert_array_equal(p[:len(fixed)], np.array(fixed) + 1)
+        else:
+            (expected, expected_tau), _, pivots = scipy.linalg.qr(x, pivoting=True, mode="raw")
+            np.testing.assert_array_equal(p, pivots + 1)
+            close(out, expected, a.dtype)
+            close(t, expected_tau, a.dtype)
+    k = tau.shape[-1]
+    q = householder_product(qr_reflectors(qr, k), tau)
+    close(q @ np.triu(qr), np.take_along_axis(a, jpvt[:, None, :] - 1, axis=-1), a.dtype,
+          kind="reconstruct")
+
+
+def check_ormqr(qr, tau, c, out, side, trans, close):
+    """`out` is op(Q) C (side 'L') or C op(Q) ('R') for Q from the geqrf reflectors `qr` and
+    `tau`; op is Q^H for both 'T' and 'C', also on complex input (what ferrax does: LAPACK's
+    unmqr knows no plain transpose)."""
+    q = householder_product(qr_reflectors(qr, tau.shape[-1]), tau)
+    op = q if trans == "N" else transposed(q.conj())
+    close(out, op @ c if side == "L" else c @ op, c.dtype, kind="reconstruct")
+
+
+def check_gehrd(a, out, tau, ilo, ihi, close):
+    """Reflectors, H and tau as LAPACK's gehrd (scipy's, ilo and ihi 0-based there); for the
+    whole range H is scipy.linalg.hessenberg's and Q^H A Q with Q from the reflectors."""
+    gehrd = lapack("gehrd", a.dtype)
+    expected = [gehrd(x, lo=ilo - 1, hi=ihi - 1)[:2] for x in a]
+    close(out, np.stack([e[0] for e in expected]), a.dtype)
+    close(tau, np.stack([e[1] for e in expected]), a.dtype)
+    n = a.shape[-1]
+    if (ilo, ihi) != (1, n):
+        return
+    h = np.triu(out, -1)
+    close(h, np.stack([scipy.linalg.hessenberg(x) for x in a]), a.dtype)
+    q = householder_product(np.tril(out[..., :-1], -2) + np.eye(n, n - 1, -1, dtype=a.dtype),
+                            tau)
+    close(transposed(q.conj()) @ a @ q, h, a.dtype, kind="reconstruct")
+
+
+def check_sytrd(a, out, d, e, tau, uplo, close):
+    """The `uplo` triangle of `out`, d, e and tau as LAPACK's sytrd/hetrd (scipy's); the other
+    triangle untouched; Q^H A Q, Q from the reflectors, the real tridiagonal of d and e."""
+    sytrd = lapack("hetrd" if a.dtype.kind == "c" else "sytrd", a.dtype)
+    expected = [sytrd(x, lower=int(uplo == "L"))[:4] for x in a]
+    for i, part in enumerate((out, d, e, tau)):
+        close(part, np.stack([x[i] for x in expected]), part.dtype)
+    other = (lambda x: np.triu(x, 1)) if uplo == "L" else (lambda x: np.tril(x, -1))
+    np.testing.assert_array_equal(other(out), other(a))
+    n = a.shape[-1]
+    if uplo == "L":
+        v = np.tril(out[..., :-1], -2) + np.eye(n, n - 1, -1, dtype=a.dtype)
+    else:
+        v = np.triu(out[..., 1:], 1) + np.eye(n, n - 1, dtype=a.dtype)
+    q = householder_product(v, tau, reverse=uplo == "U")
+    zero = np.zeros(e.shape[:-1] + (1,), e.dtype)
+    tridiagonal = tridiagonal_matrix(np.concatenate([zero, e], -1), d,
+                                     np.concatenate([e, zero], -1))
+    close(transposed(q.conj()) @ hermitian(a, uplo) @ q, tridiagonal.astype(a.dtype), a.dtype,
+          kind="reconstruct")
+
+
+def complex_of(dtype) -> np.dtype:
+    return np.result_type(np.dtype(dtype), np.complex64)
+
+
+def check_geev(a, w, vl, vr, close):
+    """Eigenvalues as NumPy's (as a set); right (left) eigenvectors, None unless computed, of
+    unit norm with A vr = vr diag(w) (vl^H A = diag(w) vl^H)."""
+    cdtype = complex_of(a.dtype)
+    close(np.sort_complex(w), np.sort_complex(np.linalg.eigvals(a)).astype(cdtype), cdtype,
+          kind="reconstruct")
+    for v, product, expected in ((vr, lambda v: a @ v, lambda v: v * w[..., None, :]),
+                                 (vl, lambda v: transposed(v.conj()) @ a,
+                                  lambda v: w[..., :, None] * transposed(v.conj()))):
+        if v is None:
+            continue
+        close(product(v), expected(v), cdtype, kind="reconstruct")
+        close(np.linalg.norm(v, axis=-2), np.ones(w.shape, np.finfo(cdtype).dtype), cdtype,
+              kind="reconstruct")
+
+
+def check_gees(a, t, w, vs, close):
+    """T (quasi-)upper triangular with the eigenvalues' real parts on its diagonal (complex:
+    the eigenvalues), w as NumPy's eigenvalues (as a set); with Schur vectors Z (None unless
+    computed) orthonormal and A = Z T Z^H."""
+    cdtype = complex_of(a.dtype)
+    close(np.sort_complex(w), np.sort_complex(np.linalg.eigvals(a)).astype(cdtype), cdtype,
+          kind="reconstruct")
+    diagonal = np.diagonal(t, axis1=-2, axis2=-1)
+    if a.dtype.kind == "c":
+        close(np.tril(t, -1), np.zeros_like(t), a.dtype, kind="reconstruct")
+        close(diagonal, w, a.dtype)
+    else:
+        close(np.tril(t, -2), np.zeros_like(t), a.dtype, kind="reconstruct")
+        close(diagonal, w.real, a.dtype)
+        sub = np.diagonal(t, -1, axis1=-2, axis2=-1)
+        assert not np.any((sub[..., 1:] != 0) & (sub[..., :-1] != 0)), sub  # 1x1, 2x2 blocks
+    if vs is not None:
+        assert_orthonormal(vs, close)
+        close(vs @ t @ transposed(vs.conj()), a, a.dtype, kind="reconstruct")
+
+
+def tridiagonal_matrix(dl, d, du):
+    """The n x n matrices of gtsv's diagonals, in JAX's convention (dl[0], du[n-1] unused)."""
+    n = d.shape[-1]
+    m = np.zeros(d.shape + (n,), d.dtype)
+    i = np.arange(n)
+    m[..., i, i] = d
+    m[..., i[1:], i[:-1]] = dl[..., 1:]
+    m[..., i[:-1], i[1:]] = du[..., :-1]
+    return m
+
 # ---- The C program. ----
 
 @dataclasses.dataclass
@@ -294,10 +435,24 @@ PROTOTYPES = {
              "i32 ldu, T* vt, i32 ldvt, i32* info",
     "syevd": "int layout, i64 batch, char jobz, char uplo, i32 n, T* a, i32 lda, R* w, "
              "i32* info",
+    "gehrd": "int layout, i64 batch, i32 n, i32 ilo, i32 ihi, T* a, i32 lda, T* tau, i32* info",
+    "sytrd": "int layout, i64 batch, char uplo, i32 n, T* a, i32 lda, R* d, R* e, T* tau, "
+             "i32* info",
+    "gesvd": "int layout, i64 batch, char jobz, i32 m, i32 n, T* a, i32 lda, R* s, T* u, "
+             "i32 ldu, T* vt, i32 ldvt, i32* info",
+    "geev": "int layout, i64 batch, char jobvl, char jobvr, i32 n, T* a, i32 lda, C* w, C* vl, "
+            "i32 ldvl, C* vr, i32 ldvr, i32* info",
+    "gees": "int layout, i64 batch, char jobvs, i32 n, T* a, i32 lda, C* w, T* vs, i32 ldvs, "
+            "i32* info",
+    "ormqr": "int layout, i64 batch, char side, char trans, i32 m, i32 n, i32 k, const T* a, "
+             "i32 lda, const T* tau, T* c, i32 ldc",
+    "geqp3": "int layout, i64 batch, i32 m, i32 n, T* a, i32 lda, i32* jpvt, T* tau",
+    "gtsv": "int layout, i64 batch, i32 n, i32 nrhs, T* dl, T* d, T* du, T* b, i32 ldb, "
+            "i32* info",
 }
 _TYPE_LETTER = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
                 np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
-_COMPLEX_NAME = {"orgqr": "ungqr", "syevd": "heevd"}
+_COMPLEX_NAME = {"orgqr": "ungqr", "syevd": "heevd", "sytrd": "hetrd", "ormqr": "unmqr"}
 
 
 def parameters(op: str) -> list[tuple[str, str]]:
@@ -308,7 +463,8 @@ def parameters(op: str) -> list[tuple[str, str]]:
 def pointee(ctype: str, dtype) -> np.dtype:
     dtype = np.dtype(dtype)
     base = ctype.removeprefix("const ").removesuffix("*")
-    return {"T": dtype, "R": np.finfo(dtype).dtype, "i32": np.dtype(np.int32)}[base]
+    return {"T": dtype, "R": np.finfo(dtype).dtype, "C": complex_of(dtype),
+            "i32": np.dtype(np.int32)}[base]
 
 
 def c_name(op: str, dtype) -> str:
@@ -330,17 +486,19 @@ def c_call(op: str, dtype, **args) -> tuple[str, list[str], list]:
     return c_name(op, dtype), [ctype for ctype, _ in params], [args[name] for _, name in params]
 
 
-_C_SCALAR = {"s": ("float", "float"), "d": ("double", "double"),
-             "c": ("ferrax_complex_float", "float"), "z": ("ferrax_complex_double", "double")}
+_C_SCALAR = {"s": ("float", "float", "ferrax_complex_float"),
+             "d": ("double", "double", "ferrax_complex_double"),
+             "c": ("ferrax_complex_float", "float", "ferrax_complex_float"),
+             "z": ("ferrax_complex_double", "double", "ferrax_complex_double")}
 
 
 def test_prototypes_match_header():
     """PROTOTYPES, from which the ctypes calls take their argument types, is the header's."""
     header = (REPO / "include" / "ferrax.h").read_text()
     for op, dtype in itertools.product(PROTOTYPES, _TYPE_LETTER):
-        scalar, real = _C_SCALAR[_TYPE_LETTER[dtype]]
+        scalar, real, complex_ = _C_SCALAR[_TYPE_LETTER[dtype]]
         c_types = {"int": "int", "i64": "int64_t", "i32": "int32_t", "char": "char", "T": scalar,
-                   "R": real}
+                   "R": real, "C": complex_}
         params = []
         for ctype, param in parameters(op):
             const = "const " if ctype.startswith("const ") else ""
@@ -348,6 +506,15 @@ def test_prototypes_match_header():
             pointer = " *" if ctype.endswith("*") else " "
             params.append(f"{const}{c_types[base]}{pointer}{param}")
         assert f"int {c_name(op, dtype)}({', '.join(params)});" in header
+
+
+def test_prototypes_cover_header():
+    """Every batched op the header declares has its prototype in PROTOTYPES, so that the
+    generic tests below (empty calls, invalid arguments) reach every function."""
+    header = (REPO / "include" / "ferrax.h").read_text()
+    declared = set(re.findall(r"^int (ferrax_\w+)\(int layout, int64_t batch", header, re.M))
+    assert declared == {c_name(op, dtype) for op, dtype in itertools.product(PROTOTYPES,
+                                                                           _TYPE_LETTER)}
 
 
 # Runs in the fresh interpreter: loads LAPACK, makes the calls in order on the saved arrays
@@ -512,8 +679,9 @@ def test_trsm(dtype, random_matrix, assert_close, capi):
         assert_padding_untouched(a_buf, b_buf)
 
 
-def test_gesdd(dtype, random_matrix, assert_close, capi):
-    """jobz 'A', 'S' and 'N' (u and vt null); `a` is left as it was."""
+@pytest.mark.parametrize("op", ["gesdd", "gesvd"])
+def test_gesdd(op, dtype, random_matrix, assert_close, capi):
+    """gesdd and gesvd: jobz 'A', 'S' and 'N' (u and vt null); `a` is left as it was."""
     real = np.finfo(dtype).dtype
     cases = []
     for layout, (m, n), jobz in itertools.product(LAYOUTS, ((4, 3), (3, 4)), "ASN"):
@@ -524,7 +692,7 @@ def test_gesdd(dtype, random_matrix, assert_close, capi):
             Strided.of(output((BATCH, vt_rows, n), dtype), layout))
         cases.append((jobz, a, Strided.of(a, layout), output((BATCH, k), real), u, vt,
                       output(BATCH, np.int32)))
-    results = capi([c_call("gesdd", dtype, layout=buf.layout, batch=BATCH, jobz=jobz,
+    results = capi([c_call(op, dtype, layout=buf.layout, batch=BATCH, jobz=jobz,
                            m=a.shape[1], n=a.shape[2], a=buf.raw, lda=buf.ld, s=s,
                            u=u and u.raw, ldu=u.ld if u else 1, vt=vt and vt.raw,
                            ldvt=vt.ld if vt else 1, info=info)
@@ -553,22 +721,177 @@ def test_syevd(dtype, random_matrix, assert_close, capi):
         assert_padding_untouched(buf)
 
 
+def test_gehrd(dtype, random_matrix, assert_close, capi):
+    """The whole matrix (ilo 1, ihi n) and a middle range."""
+    n = 5
+    cases = []
+    for layout, (ilo, ihi) in itertools.product(LAYOUTS, ((1, n), (2, 4))):
+        a = random_matrix((BATCH, n, n), dtype)
+        cases.append((ilo, ihi, a, Strided.of(a, layout), output((BATCH, n - 1), dtype),
+                      output(BATCH, np.int32)))
+    results = capi([c_call("gehrd", dtype, layout=buf.layout, batch=BATCH, n=n, ilo=ilo, ihi=ihi,
+                           a=buf.raw, lda=buf.ld, tau=tau, info=info)
+                    for ilo, ihi, _, buf, tau, info in cases])
+    assert_success(results, *(info for *_, info in cases))
+    for ilo, ihi, a, buf, tau, _ in cases:
+        check_gehrd(a, buf.matrices, tau, ilo, ihi, assert_close)
+        assert_padding_untouched(buf)
+
+
+def test_sytrd(dtype, random_matrix, assert_close, capi):
+    """uplo 'L' and 'U', on non-symmetric input (one triangle is read)."""
+    n, real = 4, np.finfo(dtype).dtype
+    cases = []
+    for layout, uplo in itertools.product(LAYOUTS, "LU"):
+        a = random_matrix((BATCH, n, n), dtype)
+        cases.append((uplo, a, Strided.of(a, layout), output((BATCH, n), real),
+                      output((BATCH, n - 1), real), output((BATCH, n - 1), dtype),
+                      output(BATCH, np.int32)))
+    results = capi([c_call("sytrd", dtype, layout=buf.layout, batch=BATCH, uplo=uplo, n=n,
+                           a=buf.raw, lda=buf.ld, d=d, e=e, tau=tau, info=info)
+                    for uplo, _, buf, d, e, tau, info in cases])
+    assert_success(results, *(info for *_, info in cases))
+    for uplo, a, buf, d, e, tau, _ in cases:
+        check_sytrd(a, buf.matrices, d, e, tau, uplo, assert_close)
+        assert_padding_untouched(buf)
+
+
+def test_geev(dtype, random_matrix, assert_close, capi):
+    """Every jobvl and jobvr ('N': the vectors' pointer null); `a` is left as it was."""
+    n, cdtype = 4, complex_of(dtype)
+    cases = []
+    for layout, jobvl, jobvr in itertools.product(LAYOUTS, "VN", "VN"):
+        a = random_matrix((BATCH, n, n), dtype)
+        vl, vr = (Strided.of(output((BATCH, n, n), cdtype), layout) if job == "V" else None
+                  for job in (jobvl, jobvr))
+        cases.append((jobvl, jobvr, a, Strided.of(a, layout), output((BATCH, n), cdtype), vl, vr,
+                      output(BATCH, np.int32)))
+    results = capi([c_call("geev", dtype, layout=buf.layout, batch=BATCH, jobvl=jobvl,
+                           jobvr=jobvr, n=n, a=buf.raw, lda=buf.ld, w=w, vl=vl and vl.raw,
+                           ldvl=vl.ld if vl else 1, vr=vr and vr.raw, ldvr=vr.ld if vr else 1,
+                           info=info)
+                    for jobvl, jobvr, _, buf, w, vl, vr, info in cases])
+    assert_success(results, *(info for *_, info in cases))
+    for _, _, a, buf, w, vl, vr, _ in cases:
+        check_geev(a, w, vl and vl.matrices, vr and vr.matrices, assert_close)
+        np.testing.assert_array_equal(buf.matrices, a)
+        assert_padding_untouched(buf, *(x for x in (vl, vr) if x))
+
+
+def test_gees(dtype, random_matrix, assert_close, capi):
+    """jobvs 'V' and 'N' (vs null); T overwrites `a`."""
+    n = 4
+    cases = []
+    for layout, jobvs in itertools.product(LAYOUTS, "VN"):
+        a = random_matrix((BATCH, n, n), dtype)
+        vs = Strided.of(output((BATCH, n, n), dtype), layout) if jobvs == "V" else None
+        cases.append((jobvs, a, Strided.of(a, layout), output((BATCH, n), complex_of(dtype)), vs,
+                      output(BATCH, np.int32)))
+    results = capi([c_call("gees", dtype, layout=buf.layout, batch=BATCH, jobvs=jobvs, n=n,
+                           a=buf.raw, lda=buf.ld, w=w, vs=vs and vs.raw, ldvs=vs.ld if vs else 1,
+                           info=info)
+                    for jobvs, _, buf, w, vs, info in cases])
+    assert_success(results, *(info for *_, info in cases))
+    for _, a, buf, w, vs, _ in cases:
+        check_gees(a, buf.matrices, w, vs and vs.matrices, assert_close)
+        assert_padding_untouched(buf, *(x for x in (vs,) if x))
+
+
+def test_ormqr(dtype, random_matrix, assert_close, capi):
+    """Every side and trans, with k = 2 reflectors of scipy's geqrf (fewer than Q's order);
+    `a` and `tau` are left as they were."""
+    m, n, k = 4, 3, 2
+    cases = []
+    for layout, side, trans in itertools.product(LAYOUTS, "LR", "NTC"):
+        raw = [scipy.linalg.qr(x, mode="raw")[0]
+               for x in random_matrix((BATCH, m if side == "L" else n, k), dtype)]
+        qr, tau = np.stack([r[0] for r in raw]), np.stack([r[1] for r in raw])
+        c = random_matrix((BATCH, m, n), dtype)
+        cases.append((side, trans, qr, tau, tau.copy(), c, Strided.of(qr, layout),
+                      Strided.of(c, layout)))
+    results = capi([c_call("ormqr", dtype, layout=a_buf.layout, batch=BATCH, side=side,
+                           trans=trans, m=m, n=n, k=k, a=a_buf.raw, lda=a_buf.ld, tau=tau,
+                           c=c_buf.raw, ldc=c_buf.ld)
+                    for side, trans, _, tau, _, _, a_buf, c_buf in cases])
+    assert_success(results)
+    for side, trans, qr, tau, tau_before, c, a_buf, c_buf in cases:
+        check_ormqr(qr, tau, c, c_buf.matrices, side, trans, assert_close)
+        np.testing.assert_array_equal(a_buf.matrices, qr)
+        np.testing.assert_array_equal(tau, tau_before)
+        assert_padding_untouched(a_buf, c_buf)
+
+
+def test_geqp3(dtype, random_matrix, assert_close, capi):
+    """Free columns (as LAPACK and scipy pivot them) in tall and wide matrices, and columns
+    kept in front by nonzero jpvt entries."""
+    cases = []
+    for layout, ((m, n), fixed) in itertools.product(
+            LAYOUTS, (((4, 3), ()), ((3, 4), ()), ((5, 4), (2,)), ((4, 4), (3, 1)))):
+        a = random_matrix((BATCH, m, n), dtype)
+        jpvt = np.zeros((BATCH, n), np.int32)
+        jpvt[:, list(fixed)] = 1
+        cases.append((fixed, a, Strided.of(a, layout), jpvt, output((BATCH, min(m, n)), dtype)))
+    results = capi([c_call("geqp3", dtype, layout=buf.layout, batch=BATCH, m=a.shape[1],
+                           n=a.shape[2], a=buf.raw, lda=buf.ld, jpvt=jpvt, tau=tau)
+                    for _, a, buf, jpvt, tau in cases])
+    assert_success(results)
+    for fixed, a, buf, jpvt, tau in cases:
+        check_geqp3(a, buf.matrices, jpvt, tau, assert_close, fixed=tuple(sorted(fixed)))
+        assert_padding_untouched(buf)
+
+
+def test_gtsv(dtype, random_matrix, assert_close, capi):
+    """Diagonally dominant systems with 1 and 3 right-hand sides; dl[0] and du[n-1] are NaN,
+    which must not be read."""
+    n = 5
+    cases = []
+    for layout, nrhs in itertools.product(LAYOUTS, (1, 3)):
+        dl, du = random_matrix((BATCH, n), dtype), random_matrix((BATCH, n), dtype)
+        d = random_matrix((BATCH, n), dtype) + np.array(4, dtype)
+        dl[:, 0] = du[:, -1] = np.nan
+        b = random_matrix((BATCH, n, nrhs), dtype)
+        cases.append((tridiagonal_matrix(dl, d, du), b, dl, d, du, Strided.of(b, layout),
+                      output(BATCH, np.int32)))
+    results = capi([c_call("gtsv", dtype, layout=buf.layout, batch=BATCH, n=n, nrhs=b.shape[2],
+                           dl=dl, d=d, du=du, b=buf.raw, ldb=buf.ld, info=info)
+                    for _, b, dl, d, du, buf, info in cases])
+    assert_success(results, *(info for *_, info in cases))
+    for matrix, b, _, _, _, buf, _ in cases:
+        assert_close(buf.matrices, np.linalg.solve(matrix, b), dtype, kind="reconstruct")
+        assert_padding_untouched(buf)
+
+
 def test_lapack_info_is_reported(dtype, random_matrix, capi):
-    """A singular matrix (getrf) and a non-positive-definite one (potrf) are LAPACK's info,
-    not failures: first of each batch bad, second fine."""
+    """A singular matrix (getrf), a non-positive-definite one (potrf), a singular tridiagonal
+    system (gtsv) and a matrix with Inf (geev) are LAPACK's (or ferrax's) info, not failures:
+    first of each batch bad, second fine."""
     singular = random_matrix((BATCH, 4, 4), dtype)
     singular[0, :, 1] = 0  # U[1, 1] comes out exactly zero: info 2
     not_spd = spd(random_matrix, (BATCH, 4, 4), dtype)
     not_spd[0, 2, 2] = -100  # the leading 3 x 3 minor is not positive definite: info 3
+    infinite = random_matrix((BATCH, 4, 4), dtype)
+    infinite[0, 1, 2] = np.inf  # geev's documented info -4
     calls, infos = [], []
     for layout in LAYOUTS:
         lu, chol = Strided.of(singular, layout), Strided.of(not_spd, layout)
-        getrf_info, potrf_info = output(BATCH, np.int32), output(BATCH, np.int32)
+        eig = Strided.of(infinite, layout)
+        b = Strided.of(random_matrix((BATCH, 4, 1), dtype), layout)
+        dl, d, du = (random_matrix((BATCH, 4), dtype) for _ in range(3))
+        d[0, 0] = dl[0, 1] = 0  # first column zero: no pivot, info 1
+        getrf_info, potrf_info, gtsv_info, geev_info = (output(BATCH, np.int32)
+                                                        for _ in range(4))
         calls += [c_call("getrf", dtype, layout=layout, batch=BATCH, m=4, n=4, a=lu.raw,
                          lda=lu.ld, ipiv=output((BATCH, 4), np.int32), info=getrf_info),
                   c_call("potrf", dtype, layout=layout, batch=BATCH, uplo="L", n=4, a=chol.raw,
-                         lda=chol.ld, info=potrf_info)]
-        infos += [(getrf_info, [2, 0]), (potrf_info, [3, 0])]
+                         lda=chol.ld, info=potrf_info),
+                  c_call("gtsv", dtype, layout=layout, batch=BATCH, n=4, nrhs=1, dl=dl, d=d,
+                         du=du, b=b.raw, ldb=b.ld, info=gtsv_info),
+                  c_call("geev", dtype, layout=layout, batch=BATCH, jobvl="N", jobvr="V", n=4,
+                         a=eig.raw, lda=eig.ld, w=output((BATCH, 4), complex_of(dtype)),
+                         vl=None, ldvl=1, vr=output(BATCH * 16, complex_of(dtype)), ldvr=4,
+                         info=geev_info)]
+        infos += [(getrf_info, [2, 0]), (potrf_info, [3, 0]), (gtsv_info, [1, 0]),
+                  (geev_info, [-4, 0])]
     assert_success(capi(calls))
     for info, expected in infos:
         np.testing.assert_array_equal(info, expected)
@@ -576,8 +899,12 @@ def test_lapack_info_is_reported(dtype, random_matrix, capi):
 
 # Flags that make each op's generic call valid.
 _FLAGS = {"potrf": {"uplo": "L"}, "trsm": {"side": "L", "uplo": "L", "trans": "N", "diag": "N"},
-          "gesdd": {"jobz": "A"}, "syevd": {"jobz": "V", "uplo": "L"}}
-_LEADING = {"lda": "a", "ldb": "b", "ldu": "u", "ldvt": "vt"}
+          "gesdd": {"jobz": "A"}, "syevd": {"jobz": "V", "uplo": "L"}, "sytrd": {"uplo": "L"},
+          "gesvd": {"jobz": "A"}, "geev": {"jobvl": "V", "jobvr": "V"}, "gees": {"jobvs": "V"},
+          "ormqr": {"side": "L", "trans": "N"}}
+_LEADING = {"lda": "a", "ldb": "b", "ldc": "c", "ldu": "u", "ldvt": "vt", "ldvl": "vl",
+            "ldvr": "vr", "ldvs": "vs"}
+_SIZES = ("batch", "m", "n", "k", "nrhs")
 
 
 def generic_args(op, dtype, batch, dim) -> dict:
@@ -592,7 +919,7 @@ def generic_args(op, dtype, batch, dim) -> dict:
         elif ctype == "char":
             args[name] = _FLAGS[op][name]
         else:
-            args[name] = {"layout": COL, "batch": batch}.get(name, dim)
+            args[name] = {"layout": COL, "batch": batch, "ilo": 1}.get(name, dim)
     return args
 
 
@@ -630,8 +957,14 @@ def invalid_calls(op, dtype):
         elif name in _LEADING:
             cases.append((valid | {name: 1}, f"leading dimension of {_LEADING[name]} = 1: "
                                              "expected >= 2"))
-        elif name in ("batch", "m", "n", "k"):
+        elif name in _SIZES:
             cases.append((valid | {name: -1}, f"{name} = -1: expected >= 0"))
+        elif name == "ihi":  # and ilo: 1 <= ilo <= max(1, n), min(ilo, n) <= ihi <= n = 2
+            cases += [(valid | {"ilo": 0}, "expected 1 <= low <= max(1, n) = 2, got 0"),
+                      (valid | {"ilo": 3}, "expected 1 <= low <= max(1, n) = 2, got 3"),
+                      (valid | {"ilo": 2, "ihi": 1},
+                       "expected min(low, n) = 2 <= high <= n = 2, got 1"),
+                      (valid | {"ihi": 3}, "expected min(low, n) = 1 <= high <= n = 2, got 3")]
         elif ctype == "char":
             cases.append((valid | {name: "X"}, "expected one of"))
     return [(c_call(op, dtype, **args), message, args) for args, message in cases]
