@@ -176,7 +176,8 @@ int ferrax_zgees(int layout, int64_t batch, char jobvs, int32_t n, ferrax_comple
 /*
  * Multiplies the m x n matrices `c` by Q from `k` reflectors of `geqrf` (`a`, m x k for
  * `side` 'L' and n x k for 'R', and `tau`, batch x k): op(Q) C or C op(Q), op per `trans`
- * ('N', or 'T' / 'C' for the (conjugate) transpose); the product overwrites `c`.
+ * ('N'; 'T' for the transpose of real Q, 'C' for the conjugate transpose); the product
+ * overwrites `c`.
  */
 int ferrax_sormqr(int layout, int64_t batch, char side, char trans, int32_t m, int32_t n, int32_t k, const float *a, int32_t lda, const float *tau, float *c, int32_t ldc);
 int ferrax_dormqr(int layout, int64_t batch, char side, char trans, int32_t m, int32_t n, int32_t k, const double *a, int32_t lda, const double *tau, double *c, int32_t ldc);

@@ -202,8 +202,7 @@ def check_geqp3(a, qr, jpvt, tau, close, fixed=()):
 
 def check_ormqr(qr, tau, c, out, side, trans, close):
     """`out` is op(Q) C (side 'L') or C op(Q) ('R') for Q from the geqrf reflectors `qr` and
-    `tau`; op is Q^H for both 'T' and 'C', also on complex input (what ferrax does: LAPACK's
-    unmqr knows no plain transpose)."""
+    `tau`; op is Q^H for 'C' and (real input) 'T'."""
     q = householder_product(qr_reflectors(qr, tau.shape[-1]), tau)
     op = q if trans == "N" else transposed(q.conj())
     close(out, op @ c if side == "L" else c @ op, c.dtype, kind="reconstruct")
@@ -798,11 +797,13 @@ def test_gees(dtype, random_matrix, assert_close, capi):
 
 
 def test_ormqr(dtype, random_matrix, assert_close, capi):
-    """Every side and trans, with k = 2 reflectors of scipy's geqrf (fewer than Q's order);
-    `a` and `tau` are left as they were."""
+    """Every side and trans LAPACK accepts for the dtype ('T' for real, 'C' for both), with
+    k = 2 reflectors of scipy's geqrf (fewer than Q's order); `a` and `tau` are left as they
+    were."""
     m, n, k = 4, 3, 2
     cases = []
-    for layout, side, trans in itertools.product(LAYOUTS, "LR", "NTC"):
+    transposes = "NC" if np.dtype(dtype).kind == "c" else "NTC"
+    for layout, side, trans in itertools.product(LAYOUTS, "LR", transposes):
         raw = [scipy.linalg.qr(x, mode="raw")[0]
                for x in random_matrix((BATCH, m if side == "L" else n, k), dtype)]
         qr, tau = np.stack([r[0] for r in raw]), np.stack([r[1] for r in raw])
@@ -960,11 +961,11 @@ def invalid_calls(op, dtype):
         elif name in _SIZES:
             cases.append((valid | {name: -1}, f"{name} = -1: expected >= 0"))
         elif name == "ihi":  # and ilo: 1 <= ilo <= max(1, n), min(ilo, n) <= ihi <= n = 2
-            cases += [(valid | {"ilo": 0}, "expected 1 <= low <= max(1, n) = 2, got 0"),
-                      (valid | {"ilo": 3}, "expected 1 <= low <= max(1, n) = 2, got 3"),
+            cases += [(valid | {"ilo": 0}, "ilo = 0: expected 1 <= ilo <= max(1, n) = 2"),
+                      (valid | {"ilo": 3}, "ilo = 3: expected 1 <= ilo <= max(1, n) = 2"),
                       (valid | {"ilo": 2, "ihi": 1},
-                       "expected min(low, n) = 2 <= high <= n = 2, got 1"),
-                      (valid | {"ihi": 3}, "expected min(low, n) = 1 <= high <= n = 2, got 3")]
+                       "ihi = 1: expected min(ilo, n) = 2 <= ihi <= n = 2"),
+                      (valid | {"ihi": 3}, "ihi = 3: expected min(ilo, n) = 1 <= ihi <= n = 2")]
         elif ctype == "char":
             cases.append((valid | {name: "X"}, "expected one of"))
     return [(c_call(op, dtype, **args), message, args) for args, message in cases]

@@ -547,6 +547,18 @@ pub(crate) unsafe fn gehrd<T: Scalar>(
     info: *mut i32,
 ) -> Result<()> {
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
+    let top = n.max(1) as i32;
+    if !(1..=top).contains(&ilo) {
+        return Err(format!(
+            "ilo = {ilo}: expected 1 <= ilo <= max(1, n) = {top}"
+        ));
+    }
+    let low = ilo.min(n as i32);
+    if !(low..=n as i32).contains(&ihi) {
+        return Err(format!(
+            "ihi = {ihi}: expected min(ilo, n) = {low} <= ihi <= n = {n}"
+        ));
+    }
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
     let reflectors = n.saturating_sub(1);
     let tau = Output::new("tau", tau, batch * reflectors, false)?;
@@ -624,7 +636,12 @@ pub(crate) unsafe fn ormqr<T: Scalar>(
 ) -> Result<()> {
     // The handler takes booleans; the characters are checked so that errors name them.
     char_flag("side", side, b"LR")?;
-    char_flag("trans", trans, b"NTC")?;
+    // As LAPACK: complex Q has no plain transpose ('C' is its conjugate transpose).
+    char_flag(
+        "trans",
+        trans,
+        if T::DTYPE.is_complex() { b"NC" } else { b"NTC" },
+    )?;
     let (left, transpose) = (side as u8 == b'L', trans as u8 != b'N');
     let (batch, m, n, k) = (
         size("batch", batch)?,
@@ -1026,7 +1043,8 @@ c_functions! {
         vs: *mut T, ldvs: i32, info: *mut i32);
     /// Multiplies the m x n matrices `c` by Q from `k` reflectors of `geqrf` (`a`, m x k for
     /// `side` 'L' and n x k for 'R', and `tau`, batch x k): op(Q) C or C op(Q), op per `trans`
-    /// ('N', or 'T' / 'C' for the (conjugate) transpose); the product overwrites `c`.
+    /// ('N'; 'T' for the transpose of real Q, 'C' for the conjugate transpose); the product
+    /// overwrites `c`.
     ormqr => [ferrax_sormqr, ferrax_dormqr, ferrax_cunmqr, ferrax_zunmqr](
         layout: c_int, batch: i64, side: c_char, trans: c_char, m: i32, n: i32, k: i32,
         a: *const T, lda: i32, tau: *const T, c: *mut T, ldc: i32);
