@@ -1,9 +1,9 @@
 //! Exported C symbols besides the handlers: the target table the Python package registers
 //! from, and the LAPACK table's fillers.
 
+pub mod catalyst;
 mod host;
 mod lapack;
-pub mod catalyst;
 pub mod linalg;
 mod targets;
 

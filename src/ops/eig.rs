@@ -138,10 +138,7 @@ fn geev_typed<T: Geev>(
             out.eigvals.len() + 3
         )));
     }
-    let shape = MatrixBatch::of(&x)?;
-    if shape.rows != shape.cols {
-        return Err(x.mismatch("square matrices".into(), format!("shape {:?}", x.dims())));
-    }
+    let shape = MatrixBatch::square(&x)?;
     let batch_dims = shape.batch_dims(&x);
     let n = shape.rows;
     for w in out.eigvals {

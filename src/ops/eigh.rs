@@ -197,10 +197,7 @@ fn eigh_typed<T: Evd>(
     uplo: c_char,
     jobz: c_char,
 ) -> Result<()> {
-    let shape = MatrixBatch::of(&x)?;
-    if shape.rows != shape.cols {
-        return Err(x.mismatch("square matrices".into(), format!("shape {:?}", x.dims())));
-    }
+    let shape = MatrixBatch::square(&x)?;
     let batch_dims = shape.batch_dims(&x);
     w.expect_dtype(Real::<T>::DTYPE)?;
     w.expect_dims(&[batch_dims, &[shape.rows as i64]].concat())?;

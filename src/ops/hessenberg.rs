@@ -64,10 +64,7 @@ fn gehrd_typed<T: Scalar>(
     low: i32,
     high: i32,
 ) -> Result<()> {
-    let shape = MatrixBatch::of(&x)?;
-    if shape.rows != shape.cols {
-        return Err(x.mismatch("square matrices".into(), format!("shape {:?}", x.dims())));
-    }
+    let shape = MatrixBatch::square(&x)?;
     let batch_dims = shape.batch_dims(&x);
     // n - 1 reflectors; none (not -1) for n = 0, which jax never lowers but a raw call may pass.
     let reflectors = shape.rows.saturating_sub(1);

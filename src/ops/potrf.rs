@@ -41,10 +41,7 @@ fn potrf_typed<T: NativeType + Lapack>(
     info: Buffer<'_>,
     uplo: c_char,
 ) -> Result<()> {
-    let shape = MatrixBatch::of(&a)?;
-    if shape.rows != shape.cols {
-        return Err(a.mismatch("square matrices".into(), format!("shape {:?}", a.dims())));
-    }
+    let shape = MatrixBatch::square(&a)?;
     info.expect_dtype(DataType::S32)?;
     info.expect_dims(shape.batch_dims(&a))?;
     let n = lapack_dim(&a, shape.rows)?;

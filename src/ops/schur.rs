@@ -149,10 +149,7 @@ fn gees_typed<T: Gees>(
             out.eigvals.len() + 4
         )));
     }
-    let shape = MatrixBatch::of(&x)?;
-    if shape.rows != shape.cols {
-        return Err(x.mismatch("square matrices".into(), format!("shape {:?}", x.dims())));
-    }
+    let shape = MatrixBatch::square(&x)?;
     let batch_dims = shape.batch_dims(&x);
     let n = shape.rows;
     out.schur_vectors.expect_dtype(T::DTYPE)?;

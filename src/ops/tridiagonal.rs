@@ -55,10 +55,7 @@ fn sytrd_typed<T: Scalar>(
     info: Buffer<'_>,
     uplo: c_char,
 ) -> Result<()> {
-    let shape = MatrixBatch::of(&x)?;
-    if shape.rows != shape.cols {
-        return Err(x.mismatch("square matrices".into(), format!("shape {:?}", x.dims())));
-    }
+    let shape = MatrixBatch::square(&x)?;
     let batch_dims = shape.batch_dims(&x);
     // n - 1 off-diagonal entries and reflectors; none (not -1) for n = 0, which jax never
     // lowers but a raw call may pass.
