@@ -7,6 +7,8 @@
 
 mod lapack;
 mod table;
+mod threads;
 
 pub use lapack::*;
 pub use table::{load_library, missing, register, registered_names, Missing};
+pub use threads::{single_threaded, SET_NUM_THREADS_LOCAL};

@@ -49,6 +49,10 @@ pub(crate) fn get(name: &'static str) -> Result<*mut c_void, Missing> {
 /// (32-bit integers, all arguments by pointer, no hidden string lengths), as SciPy's
 /// `cython_lapack` capsules do. Returns false for a name the table does not hold.
 pub fn register(name: &str, function: *mut c_void) -> bool {
+    if name == crate::threads::SET_NUM_THREADS_LOCAL && !function.is_null() {
+        crate::threads::register(function);
+        return true;
+    }
     match slot(name) {
         Some(slot) if !function.is_null() => {
             slot.store(function, Ordering::Release);
@@ -100,6 +104,14 @@ pub fn load_library(path: &std::path::Path) -> Result<usize, String> {
             "{} exports none of the LAPACK routines ferrax needs",
             path.display()
         ));
+    }
+    let setter = crate::threads::SET_NUM_THREADS_LOCAL;
+    for symbol in [format!("scipy_{setter}"), setter.to_string()] {
+        // SAFETY: only the address is taken; it is called with its OpenBLAS signature.
+        if let Ok(f) = unsafe { library.get::<*mut c_void>(symbol.as_bytes()) } {
+            crate::threads::register(*f);
+            break;
+        }
     }
     std::mem::forget(library);
     Ok(found)

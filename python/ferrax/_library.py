@@ -91,7 +91,24 @@ def fill_lapack_from_scipy() -> int:
             raise RuntimeError(
                 f"ferrax: scipy's LAPACK is ILP64 ({routine}: {signature}); ferrax needs LP64")
         taken += lib.ferrax_lapack_register(routine.encode(), pointer)
+    _register_openblas_thread_control(lib)
     return taken
+
+
+def _register_openblas_thread_control(lib) -> None:
+    """Lets ferrax keep OpenBLAS single-threaded inside its parallel batch loops, through the
+    `openblas_set_num_threads_local` of the OpenBLAS that SciPy's wheel bundles (absent from
+    other builds, which then keep their own threading)."""
+    import scipy
+
+    libs = pathlib.Path(scipy.__file__).resolve().parent.parent / "scipy.libs"
+    for path in sorted(libs.glob("libscipy_openblas*.so")):
+        openblas = ctypes.CDLL(str(path))  # already loaded by SciPy: the same library
+        setter = getattr(openblas, "openblas_set_num_threads_local", None)
+        if setter is not None:
+            address = ctypes.cast(setter, ctypes.c_void_p).value
+            lib.ferrax_lapack_register(b"openblas_set_num_threads_local", address)
+            return
 
 
 def lapack_missing_count() -> int:

@@ -77,7 +77,14 @@ pub(crate) fn for_each_chunk(
     per_chunk: &(dyn Fn(std::ops::Range<usize>) -> Result<()> + Sync),
 ) -> Result<()> {
     let min_chunk = MIN_FLOPS_PER_TASK.div_ceil(flops_per_item.max(1));
-    pool.parallel_chunks(items, min_chunk, per_chunk)
+    if items <= min_chunk {
+        // One chunk: LAPACK may use its own threads.
+        return per_chunk(0..items);
+    }
+    // Several chunks run at once, so each keeps OpenBLAS on its own thread.
+    pool.parallel_chunks(items, min_chunk, &|range| {
+        ferrax_cpu_fallback::single_threaded(|| per_chunk(range))
+    })
 }
 
 /// [`for_each_chunk`] for work without per-chunk setup.
