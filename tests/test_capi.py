@@ -397,6 +397,28 @@ def test_c_syevd_heevd(c_run, layout, assert_close):
         check_syevd(c_run(case, layout, "a_in"), c_run(case, layout, "w"), v, uplo, assert_close)
 
 
+_C_GEEV = [f"{t}geev_{l}{r}" for t in "dz" for l in "VN" for r in "VN"]
+_C_GEES = [f"{t}gees_{j}" for t in "dz" for j in "VN"]
+
+
+@C_LAYOUTS
+def test_c_geev(c_run, layout, assert_close):
+    for case in _C_GEEV:
+        a = c_run(case, layout, "a_in")
+        vl, vr = (c_run(case, layout, role) if job == "V" else None
+                  for job, role in zip(case[-2:], ("vl", "vr")))
+        check_geev(a, c_run(case, layout, "w"), vl, vr, assert_close)
+        np.testing.assert_array_equal(c_run(case, layout, "a_out"), a)
+
+
+@C_LAYOUTS
+def test_c_gees(c_run, layout, assert_close):
+    for case in _C_GEES:
+        vs = c_run(case, layout, "vs") if case.endswith("V") else None
+        check_gees(c_run(case, layout, "a_in"), c_run(case, layout, "a_out"),
+                   c_run(case, layout, "w"), vs, assert_close)
+
+
 def test_c_layouts_agree(c_run):
     """Row- and column-major runs on the same logical input give identical logical results."""
     rows = sorted(name for name in c_run.arrays if ".row." in name)

@@ -26,7 +26,8 @@ enum { BATCH = 3 };
 /* The functions used, resolved at run time and typed by the header's prototypes. */
 #define FERRAX_FUNCTIONS(X)                                                                      \
   X(abi_version) X(last_error) X(lapack_load_library) X(lapack_missing_count) X(dgetrf)          \
-  X(zgetrf) X(dgeqrf) X(dorgqr) X(dpotrf) X(dtrsm) X(dgesdd) X(dsyevd) X(zheevd)
+  X(zgetrf) X(dgeqrf) X(dorgqr) X(dpotrf) X(dtrsm) X(dgesdd) X(dsyevd) X(zheevd) \
+  X(dgeev) X(zgeev) X(dgees) X(zgees)
 #define DECLARE(name) __typeof__(ferrax_##name) *name;
 static struct {
   FERRAX_FUNCTIONS(DECLARE)
@@ -280,6 +281,55 @@ static void syevd_case(int layout, Kind kind, char jobz, char uplo, uint64_t see
   free(a.data), free(w.data), free(info.data);
 }
 
+/* jobvl / jobvr 'N' pass null for those vectors; `a` must come back as it was. */
+static void geev_case(int layout, Kind kind, char jobvl, char jobvr, uint64_t seed) {
+  enum { N = 4 };
+  char name[64];
+  snprintf(name, sizeof name, "%sgeev_%c%c", kind == C16 ? "z" : "d", jobvl, jobvr);
+  Buf a = matrix(kind, layout, N, N, 3), w = vector(C16, N), info = vector(I4, 1);
+  Buf vl = matrix(C16, layout, N, N, 2), vr = matrix(C16, layout, N, N, 1);
+  int left = jobvl == 'V', right = jobvr == 'V';
+  fill(&a, seed);
+  save(name, layout, "a_in", &a);
+  void *vl_data = left ? vl.data : NULL, *vr_data = right ? vr.data : NULL;
+  int ldvl = left ? vl.ld : 1, ldvr = right ? vr.ld : 1;
+  check(kind == C16 ? fx.zgeev(layout, BATCH, jobvl, jobvr, N, a.data, a.ld, w.data, vl_data,
+                               ldvl, vr_data, ldvr, info.data)
+                    : fx.dgeev(layout, BATCH, jobvl, jobvr, N, a.data, a.ld, w.data, vl_data,
+                               ldvl, vr_data, ldvr, info.data),
+        name, layout);
+  check_info(&info, name, layout);
+  save(name, layout, "a_out", &a);
+  save(name, layout, "w", &w);
+  if (left) save(name, layout, "vl", &vl);
+  if (right) save(name, layout, "vr", &vr);
+  free(a.data), free(w.data), free(info.data), free(vl.data), free(vr.data);
+}
+
+/* T overwrites `a`; jobvs 'N' passes null for the Schur vectors. */
+static void gees_case(int layout, Kind kind, char jobvs, uint64_t seed) {
+  enum { N = 4 };
+  char name[64];
+  snprintf(name, sizeof name, "%sgees_%c", kind == C16 ? "z" : "d", jobvs);
+  Buf a = matrix(kind, layout, N, N, 3), w = vector(C16, N), info = vector(I4, 1);
+  Buf vs = matrix(kind, layout, N, N, 2);
+  int wanted = jobvs == 'V';
+  fill(&a, seed);
+  save(name, layout, "a_in", &a);
+  void *vs_data = wanted ? vs.data : NULL;
+  int ldvs = wanted ? vs.ld : 1;
+  check(kind == C16 ? fx.zgees(layout, BATCH, jobvs, N, a.data, a.ld, w.data, vs_data, ldvs,
+                               info.data)
+                    : fx.dgees(layout, BATCH, jobvs, N, a.data, a.ld, w.data, vs_data, ldvs,
+                               info.data),
+        name, layout);
+  check_info(&info, name, layout);
+  save(name, layout, "a_out", &a);
+  save(name, layout, "w", &w);
+  if (wanted) save(name, layout, "vs", &vs);
+  free(a.data), free(w.data), free(info.data), free(vs.data);
+}
+
 /* A call that must fail: -1, a message, and no buffer touched. */
 static void expect_error(const char *name, int rc, const Buf *a, const void *before) {
   const char *message = fx.last_error();
@@ -367,6 +417,18 @@ int main(int argc, char **argv) {
     syevd_case(layout, F8, 'N', 'U', 31);
     syevd_case(layout, C16, 'V', 'U', 32);
     syevd_case(layout, C16, 'N', 'L', 33);
+    geev_case(layout, F8, 'V', 'V', 40);
+    geev_case(layout, F8, 'N', 'V', 41);
+    geev_case(layout, F8, 'V', 'N', 42);
+    geev_case(layout, F8, 'N', 'N', 43);
+    geev_case(layout, C16, 'V', 'V', 44);
+    geev_case(layout, C16, 'V', 'N', 45);
+    geev_case(layout, C16, 'N', 'V', 46);
+    geev_case(layout, C16, 'N', 'N', 47);
+    gees_case(layout, F8, 'V', 50);
+    gees_case(layout, F8, 'N', 51);
+    gees_case(layout, C16, 'V', 52);
+    gees_case(layout, C16, 'N', 53);
   }
   error_cases();
   if (fclose(manifest) != 0 || fclose(errors) != 0) {
