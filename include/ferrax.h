@@ -204,6 +204,31 @@ int ferrax_dgtsv(int layout, int64_t batch, int32_t n, int32_t nrhs, double *dl,
 int ferrax_cgtsv(int layout, int64_t batch, int32_t n, int32_t nrhs, ferrax_complex_float *dl, ferrax_complex_float *d, ferrax_complex_float *du, ferrax_complex_float *b, int32_t ldb, int32_t *info);
 int ferrax_zgtsv(int layout, int64_t batch, int32_t n, int32_t nrhs, ferrax_complex_double *dl, ferrax_complex_double *d, ferrax_complex_double *du, ferrax_complex_double *b, int32_t ldb, int32_t *info);
 
+/*
+ * Solves `batch` tridiagonal systems as `gtsv` (`dl[0]` and `du[n - 1]` ignored; the
+ * solution overwrites `b`), but zero or tiny pivots are perturbed instead of failing, as
+ * TensorFlow's and JAX's `perturb_singular=True`: there is no `info`, and `dl`, `d` and
+ * `du` are not modified.
+ */
+int ferrax_sgtsv_perturbed(int layout, int64_t batch, int32_t n, int32_t nrhs, const float *dl, const float *d, const float *du, float *b, int32_t ldb);
+int ferrax_dgtsv_perturbed(int layout, int64_t batch, int32_t n, int32_t nrhs, const double *dl, const double *d, const double *du, double *b, int32_t ldb);
+int ferrax_cgtsv_perturbed(int layout, int64_t batch, int32_t n, int32_t nrhs, const ferrax_complex_float *dl, const ferrax_complex_float *d, const ferrax_complex_float *du, ferrax_complex_float *b, int32_t ldb);
+int ferrax_zgtsv_perturbed(int layout, int64_t batch, int32_t n, int32_t nrhs, const ferrax_complex_double *dl, const ferrax_complex_double *d, const ferrax_complex_double *du, ferrax_complex_double *b, int32_t ldb);
+
+/*
+ * CSR sparse times dense: `out` (rows x n) = A `rhs` (cols x n) for the rows x cols matrix
+ * A with `nnz` stored entries `data` in column `indices` (nnz entries, 0-based), row `i`
+ * holding entries `indptr[i]..indptr[i + 1]` (`indptr`: rows + 1 offsets). `rhs` and
+ * `out` are contiguous and row-major, without a layout flag since CSR is row-oriented;
+ * a vector is n = 1. Offsets and column indices are checked: a bad one is an error (its
+ * message calls `indptr` and `indices` lhs_outer_indices and lhs_inner_indices, as
+ * jaxlib) and `out` is left as it was. With rows or n 0 nothing is read or written.
+ */
+int ferrax_scsrmm(int64_t rows, int64_t cols, int64_t nnz, const float *data, const int32_t *indptr, const int32_t *indices, int64_t n, const float *rhs, float *out);
+int ferrax_dcsrmm(int64_t rows, int64_t cols, int64_t nnz, const double *data, const int32_t *indptr, const int32_t *indices, int64_t n, const double *rhs, double *out);
+int ferrax_ccsrmm(int64_t rows, int64_t cols, int64_t nnz, const ferrax_complex_float *data, const int32_t *indptr, const int32_t *indices, int64_t n, const ferrax_complex_float *rhs, ferrax_complex_float *out);
+int ferrax_zcsrmm(int64_t rows, int64_t cols, int64_t nnz, const ferrax_complex_double *data, const int32_t *indptr, const int32_t *indices, int64_t n, const ferrax_complex_double *rhs, ferrax_complex_double *out);
+
 /* Drop-in replacements for the LAPACK custom calls PennyLane Catalyst's compiler emits, with its
  * calling convention: `data` and `results` point to arrays of pointers to
  * struct { int64_t rank; void *data_aligned; int8_t dtype; } (Catalyst's EncodedMemref):

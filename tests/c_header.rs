@@ -104,6 +104,7 @@ fn c_type(rust: &str, function: &CFunction) -> String {
         "i32" => "int32_t".into(),
         "i64" => "int64_t".into(),
         "*mut i32" => "int32_t *".into(),
+        "*const i32" => "const int32_t *".into(),
         "*mut T" => format!("{} *", function.scalar),
         "*const T" => format!("const {} *", function.scalar),
         "*mut R" => format!("{real} *"),

@@ -917,6 +917,106 @@ pub(crate) unsafe fn gees<T: Scalar>(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)] // the LAPACK argument list
+pub(crate) unsafe fn gtsv_perturbed<T: Scalar>(
+    layout: c_int,
+    batch: i64,
+    n: i32,
+    nrhs: i32,
+    dl: *const T,
+    d: *const T,
+    du: *const T,
+    b: *mut T,
+    ldb: i32,
+) -> Result<()> {
+    let (batch, n, nrhs) = (
+        size("batch", batch)?,
+        size("n", n.into())?,
+        size("nrhs", nrhs.into())?,
+    );
+    let dl = Output::new("dl", dl.cast_mut(), batch * n, false)?;
+    let d = Output::new("d", d.cast_mut(), batch * n, false)?;
+    let du = Output::new("du", du.cast_mut(), batch * n, false)?;
+    let b = Matrices::new("b", layout, [batch, n, nrhs], b, ldb)?;
+    let mut packed = b.pack();
+    let mut solution = vec![T::default(); packed.len()];
+    let vector = vec![batch as i64, n as i64];
+    let diagonal = |data: *mut T| buffer(vector.clone(), data);
+    // The handler only reads its arguments, so the caller's diagonals are passed as they are.
+    host::call(
+        ops::tridiagonal_solve::ferrax_cpu_tridiagonal_solve_perturbed,
+        &[
+            diagonal(dl.data),
+            diagonal(d.data),
+            diagonal(du.data),
+            buffer(b.dims(), packed.as_mut_ptr()),
+        ],
+        &[buffer(b.dims(), solution.as_mut_ptr())],
+        &[],
+    )?;
+    b.unpack(&solution);
+    Ok(())
+}
+
+/// A pointer to `len` elements that must not be null unless `len` is 0.
+fn input<T>(name: &str, data: *const T, len: usize) -> Result<*mut T> {
+    if data.is_null() && len > 0 {
+        return Err(format!("{name} is null"));
+    }
+    Ok(data.cast_mut())
+}
+
+#[allow(clippy::too_many_arguments)] // the CSR arrays and the dense operand
+pub(crate) unsafe fn csrmm<T: Scalar>(
+    rows: i64,
+    cols: i64,
+    nnz: i64,
+    data: *const T,
+    indptr: *const i32,
+    indices: *const i32,
+    n: i64,
+    rhs: *const T,
+    out: *mut T,
+) -> Result<()> {
+    let (rows, cols, nnz, n) = (
+        size("rows", rows)?,
+        size("cols", cols)?,
+        size("nnz", nnz)?,
+        size("n", n)?,
+    );
+    let out_len = rows
+        .checked_mul(n)
+        .ok_or_else(|| format!("rows x n = {rows} x {n} is too large"))?;
+    let rhs_len = cols
+        .checked_mul(n)
+        .ok_or_else(|| format!("cols x n = {cols} x {n} is too large"))?;
+    if out_len == 0 {
+        // Nothing to compute: no row of `out`, or no column.
+        return Ok(());
+    }
+    let data = input("data", data, nnz)?;
+    let indptr = input("indptr", indptr, rows + 1)?;
+    let indices = input("indices", indices, nnz)?;
+    let rhs = input("rhs", rhs, rhs_len)?;
+    let out = Output::new("out", out, out_len, false)?;
+    // Computed aside, so that a bad index (an error) leaves `out` as it was.
+    let mut product = vec![T::default(); out_len];
+    let (rows, cols, nnz, n) = (rows as i64, cols as i64, nnz as i64, n as i64);
+    host::call(
+        ops::sparse::ferrax_cpu_csr_sparse_dense,
+        &[
+            buffer(vec![nnz], data),
+            int_buffer(vec![rows + 1], indptr),
+            int_buffer(vec![nnz], indices),
+            buffer(vec![cols, n], rhs),
+        ],
+        &[buffer(vec![rows, n], product.as_mut_ptr())],
+        &[],
+    )?;
+    std::ptr::copy_nonoverlapping(product.as_ptr(), out.data, out_len);
+    Ok(())
+}
+
 /// One exported C function of the ABI: its name and its parameters as (name, Rust type), for
 /// the generated header (`include/ferrax.h`).
 pub struct CFunction {
@@ -1060,4 +1160,22 @@ c_functions! {
     gtsv => [ferrax_sgtsv, ferrax_dgtsv, ferrax_cgtsv, ferrax_zgtsv](
         layout: c_int, batch: i64, n: i32, nrhs: i32, dl: *mut T, d: *mut T, du: *mut T,
         b: *mut T, ldb: i32, info: *mut i32);
+    /// Solves `batch` tridiagonal systems as `gtsv` (`dl[0]` and `du[n - 1]` ignored; the
+    /// solution overwrites `b`), but zero or tiny pivots are perturbed instead of failing, as
+    /// TensorFlow's and JAX's `perturb_singular=True`: there is no `info`, and `dl`, `d` and
+    /// `du` are not modified.
+    gtsv_perturbed => [ferrax_sgtsv_perturbed, ferrax_dgtsv_perturbed, ferrax_cgtsv_perturbed,
+                       ferrax_zgtsv_perturbed](
+        layout: c_int, batch: i64, n: i32, nrhs: i32, dl: *const T, d: *const T, du: *const T,
+        b: *mut T, ldb: i32);
+    /// CSR sparse times dense: `out` (rows x n) = A `rhs` (cols x n) for the rows x cols matrix
+    /// A with `nnz` stored entries `data` in column `indices` (nnz entries, 0-based), row `i`
+    /// holding entries `indptr[i]..indptr[i + 1]` (`indptr`: rows + 1 offsets). `rhs` and
+    /// `out` are contiguous and row-major, without a layout flag since CSR is row-oriented;
+    /// a vector is n = 1. Offsets and column indices are checked: a bad one is an error (its
+    /// message calls `indptr` and `indices` lhs_outer_indices and lhs_inner_indices, as
+    /// jaxlib) and `out` is left as it was. With rows or n 0 nothing is read or written.
+    csrmm => [ferrax_scsrmm, ferrax_dcsrmm, ferrax_ccsrmm, ferrax_zcsrmm](
+        rows: i64, cols: i64, nnz: i64, data: *const T, indptr: *const i32,
+        indices: *const i32, n: i64, rhs: *const T, out: *mut T);
 }
