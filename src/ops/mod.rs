@@ -81,7 +81,12 @@ pub(crate) fn for_each_chunk(
         // One chunk: LAPACK may use its own threads.
         return per_chunk(0..items);
     }
-    // Several chunks run at once, so each keeps OpenBLAS on its own thread.
+    if flops_per_item < MIN_FLOPS_PER_TASK {
+        // Matrices this small never start OpenBLAS's threads, and telling OpenBLAS to stay on
+        // one thread makes each small call measurably slower.
+        return pool.parallel_chunks(items, min_chunk, per_chunk);
+    }
+    // Several large calls run at once, so each keeps OpenBLAS on its own thread.
     pool.parallel_chunks(items, min_chunk, &|range| {
         ferrax_cpu_fallback::single_threaded(|| per_chunk(range))
     })
