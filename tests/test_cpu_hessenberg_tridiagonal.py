@@ -7,13 +7,13 @@ No jnp.linalg function and not jax.scipy.linalg.eigh_tridiagonal (pure jax) lowe
 targets; eigh_tridiagonal still checks the tridiagonal form ferrax computes."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
 from jax import lax
 
 import ferrax
+from helpers import assert_same, run  # noqa: E402
 
 TARGETS = ("ferrax_gehrd", "ferrax_sytrd")
 BATCHES = [(), (3,), (2, 2)]
@@ -32,9 +32,6 @@ def every_reduction(a, h):
     }
 
 
-def run(fn, *args):
-    return jax.tree.map(np.asarray, jax.jit(fn)(*args))
-
 
 def stock_then_ferrax(fn, *args):
     """``fn``'s outputs with stock jax, then with ferrax installed (the autouse fixture of
@@ -43,14 +40,6 @@ def stock_then_ferrax(fn, *args):
     ferrax.install()
     return stock, run(fn, *args)
 
-
-def assert_same(ours, stock):
-    """Same tree, shapes and dtypes, and bit-identical values (NaN where stock has NaN)."""
-    assert jax.tree.structure(ours) == jax.tree.structure(stock)
-    for (path, o), s in zip(jax.tree_util.tree_flatten_with_path(ours)[0], jax.tree.leaves(stock)):
-        where = jax.tree_util.keystr(path)
-        assert (o.shape, o.dtype) == (s.shape, s.dtype), where
-        np.testing.assert_array_equal(o, s, err_msg=where)
 
 
 def hermitian(random_matrix, shape, dtype):

@@ -19,6 +19,7 @@ from jax._src.lax.linalg import geqp3  # jax.lax.linalg does not export it
 jax.config.update("jax_enable_x64", True)
 
 import ferrax  # noqa: E402  (after x64, so that float64 inputs stay float64)
+from helpers import assert_same, run  # noqa: E402
 
 TARGETS = ("ferrax_geqp3", "ferrax_ormqr")
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -34,17 +35,6 @@ QR_MULTIPLY = {
 }
 
 
-def run(fn, *args):
-    return jax.tree.map(np.asarray, jax.jit(fn)(*args))
-
-
-def assert_same(ours, stock):
-    """Equal leaf by leaf (NaN exactly where stock has NaN), with the same shapes and dtypes."""
-    assert jax.tree.structure(ours) == jax.tree.structure(stock)
-    for (path, o), s in zip(jax.tree_util.tree_flatten_with_path(ours)[0], jax.tree.leaves(stock)):
-        where = jax.tree_util.keystr(path)
-        assert (o.shape, o.dtype) == (s.shape, s.dtype), where
-        np.testing.assert_array_equal(o, s, err_msg=where)
 
 
 def free_columns(a):

@@ -12,6 +12,7 @@ from jax._src.lax.linalg import geqrf  # jax.lax.linalg does not export it
 jax.config.update("jax_enable_x64", True)
 
 import ferrax  # noqa: E402
+from helpers import assert_same, run  # noqa: E402
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 BATCHES = [(), (3,), (2, 2)]
@@ -56,17 +57,6 @@ def every_qr(a):
     }
 
 
-def run(fn, *args):
-    return jax.tree.map(np.asarray, jax.jit(fn)(*args))
-
-
-def assert_same(ours, stock):
-    """Equal leaf by leaf (NaN where stock has NaN), with the same shapes and dtypes."""
-    assert jax.tree.structure(ours) == jax.tree.structure(stock)
-    for (path, o), s in zip(jax.tree_util.tree_flatten_with_path(ours)[0], jax.tree.leaves(stock)):
-        where = jax.tree_util.keystr(path)
-        assert (o.shape, o.dtype) == (s.shape, s.dtype), where
-        np.testing.assert_array_equal(o, s, err_msg=where)
 
 
 def check_identities(a, out):

@@ -9,6 +9,7 @@ import pytest
 jax.config.update("jax_enable_x64", True)
 
 import ferrax  # noqa: E402  (after x64, so that float64 inputs stay float64)
+from helpers import raw_svd  # noqa: E402
 
 TARGET = "ferrax_gesdd"
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -174,43 +175,33 @@ def test_zero_size_matches_stock(stock_vs_ferrax, shape):
 # --- the raw target ----------------------------------------------------------------------
 
 
-def raw_gesdd(a, mode=np.uint8(ord("A")), s_dtype=None, u_cols=None):
-    """The target called directly with jaxlib's operands (row-major layouts: fine for errors
-    and identities)."""
-    *batch, m, n = a.shape
-    k = min(m, n)
-    full = mode == np.uint8(ord("A"))
-    s_dtype = s_dtype or np.finfo(a.dtype).dtype if a.dtype.kind in "fc" else np.float32
-    results = [
-        jax.ShapeDtypeStruct(a.shape, a.dtype),
-        jax.ShapeDtypeStruct((*batch, k), s_dtype),
-        jax.ShapeDtypeStruct((*batch, m, u_cols or (m if full else k)), a.dtype),
-        jax.ShapeDtypeStruct((*batch, n if full else k, n), a.dtype),
-        jax.ShapeDtypeStruct(tuple(batch), np.int32),
-    ]
-    call = jax.ffi.ffi_call(TARGET, results, input_output_aliases={0: 0})
-    return jax.block_until_ready(call(a, mode=mode))
+#: Both SVD targets share jaxlib's contract; a non-finite matrix reports LAPACK's index of `a`.
+RAW_TARGETS = [("ferrax_gesdd", -4), ("ferrax_gesvd", -5)]
+TARGET_NAMES = [target for target, _ in RAW_TARGETS]
 
 
-def raw_error(*args, **kwargs):
+def raw_error(target, *args, **kwargs):
     with pytest.raises(Exception) as failure:
-        raw_gesdd(*args, **kwargs)
+        raw_svd(target, *args, **kwargs)
     message = str(failure.value)
-    assert TARGET in message
+    assert target in message
     return message
 
 
-def test_raw_wrong_dtype_names_operand():
-    message = raw_error(rng.integers(1, 9, (3, 3), dtype=np.int32))
+@pytest.mark.parametrize("target", TARGET_NAMES)
+def test_raw_wrong_dtype_names_operand(target):
+    message = raw_error(target, rng.integers(1, 9, (3, 3), dtype=np.int32))
     assert "operand 0 'x'" in message and "s32" in message
 
 
-def test_raw_wrong_result_names_result():
+@pytest.mark.parametrize("target", TARGET_NAMES)
+def test_raw_wrong_result_names_result(target):
     a = random_matrix((2, 4, 3), np.complex64)
-    assert "result 1 's'" in raw_error(a, s_dtype=np.complex64)
-    assert "result 2 'u'" in raw_error(a, u_cols=2)
+    assert "result 1 's'" in raw_error(target, a, s_dtype=np.complex64)
+    assert "result 2 'u'" in raw_error(target, a, u_cols=2)
 
 
+@pytest.mark.parametrize("target", TARGET_NAMES)
 @pytest.mark.parametrize(
     "mode, expected",
     [
@@ -220,19 +211,24 @@ def test_raw_wrong_result_names_result():
         (np.uint8(ord("O")), "attribute 'mode': 'O'"),
     ],
 )
-def test_raw_wrong_attribute_names_attribute(mode, expected):
-    assert expected in raw_error(random_matrix((4, 4), np.float64), mode=mode)
+def test_raw_wrong_attribute_names_attribute(target, mode, expected):
+    assert expected in raw_error(target, random_matrix((4, 4), np.float64), mode=mode)
 
 
+@pytest.mark.parametrize("target, inf_info", RAW_TARGETS)
 @pytest.mark.parametrize("mode", ["A", "S", "N"])
-def test_raw_modes_and_empty_matrices(mode):
+def test_raw_modes_info_and_empty_matrices(target, inf_info, dtype, assert_close, mode):
     mode = np.uint8(ord(mode))
-    a = random_matrix((2, 4, 4), np.float64)  # square: row-major layout only transposes
-    x_out, s, _, _, info = raw_gesdd(a, mode=mode)
-    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-12)
-    assert (info == 0).all() and x_out.shape == a.shape
+    a = random_matrix((3, 4, 4), dtype)  # square: the row-major layout only transposes
+    a[1, 2, 0] = np.inf  # never handed to LAPACK
+    x_out, s, _, _, info = raw_svd(target, a, mode=mode)
+    np.testing.assert_array_equal(info, [0, inf_info, 0])
+    assert x_out.shape == a.shape
+    real = np.finfo(dtype).dtype
+    assert_close(s[[0, 2]], np.linalg.svd(a[[0, 2]], compute_uv=False).astype(real), dtype,
+                 kind="reconstruct")
     for shape in [(2, 3, 0), (2, 0, 3)]:
-        _, s, u, vt, info = raw_gesdd(random_matrix(shape, np.float64), mode=mode)
+        _, s, u, vt, info = raw_svd(target, random_matrix(shape, dtype), mode=mode)
         assert s.shape == (2, 0) and (info == 0).all()
         if mode == ord("A"):  # jax's own empty SVD: identity U and V^T
             np.testing.assert_array_equal(u, np.broadcast_to(np.eye(u.shape[-1]), u.shape))

@@ -1,0 +1,37 @@
+"""Plain helpers shared by several test modules (fixtures live in conftest.py)."""
+
+import jax
+import numpy as np
+
+
+def run(fn, *args):
+    """``jax.jit(fn)(*args)`` with every output as a NumPy array."""
+    return jax.tree.map(np.asarray, jax.jit(fn)(*args))
+
+
+def assert_same(ours, stock):
+    """Same tree, shapes and dtypes, and bit-identical values (NaN where stock has NaN)."""
+    assert jax.tree.structure(ours) == jax.tree.structure(stock)
+    for (path, o), s in zip(jax.tree_util.tree_flatten_with_path(ours)[0], jax.tree.leaves(stock)):
+        where = jax.tree_util.keystr(path)
+        assert (o.shape, o.dtype) == (s.shape, s.dtype), where
+        np.testing.assert_array_equal(o, s, err_msg=where)
+
+
+def raw_svd(target, a, mode=np.uint8(ord("A")), s_dtype=None, u_cols=None):
+    """An SVD target (ferrax_gesdd, ferrax_gesvd) called directly with jaxlib's operands
+    (row-major layouts: fine for errors, info and the singular values of square matrices)."""
+    *batch, m, n = a.shape
+    k = min(m, n)
+    full = mode == np.uint8(ord("A"))
+    if s_dtype is None:
+        s_dtype = np.finfo(a.dtype).dtype if a.dtype.kind in "fc" else np.float32
+    results = [
+        jax.ShapeDtypeStruct(a.shape, a.dtype),
+        jax.ShapeDtypeStruct((*batch, k), s_dtype),
+        jax.ShapeDtypeStruct((*batch, m, u_cols or (m if full else k)), a.dtype),
+        jax.ShapeDtypeStruct((*batch, n if full else k, n), a.dtype),
+        jax.ShapeDtypeStruct(tuple(batch), np.int32),
+    ]
+    call = jax.ffi.ffi_call(target, results, input_output_aliases={0: 0})
+    return jax.tree.map(np.asarray, call(a, mode=mode))
