@@ -10,10 +10,10 @@
 //! and gets `info` -4.
 
 use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error};
-use crate::ffi::{Buffer, DataType, Error, MatrixBatch, NativeType, Result, ThreadPool};
+use crate::ffi::{Buffer, DataType, NativeType, Result, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::{by_result_count, char_attr, for_each_chunk, lapack_dim, query_lwork, routine};
-use crate::ops::{dispatch_lapack, Scalar, SharedMut};
+use crate::ops::{dispatch_lapack, expect_eigenvalues, Scalar, SharedMut};
 use ferrax_cpu_fallback::{ComplexLapack, GeevComplex, GeevReal, Real, RealLapack};
 use num_complex::Complex;
 use std::ffi::{c_char, CStr};
@@ -129,22 +129,10 @@ fn geev_typed<T: Geev>(
     out: Outputs<'_, '_>,
     [jobvl, jobvr]: [c_char; 2],
 ) -> Result<()> {
-    if out.eigvals.len() != T::EIGVALS {
-        return Err(Error::invalid_argument(format!(
-            "{}: dtype {} takes the results ({}), but the call has {} results",
-            x.operand,
-            T::DTYPE,
-            T::RESULTS,
-            out.eigvals.len() + 3
-        )));
-    }
-    let shape = MatrixBatch::square(&x)?;
+    // The other results: vl, vr, info.
+    let shape = expect_eigenvalues::<T>(&x, out.eigvals, T::EIGVALS, T::RESULTS, 3)?;
     let batch_dims = shape.batch_dims(&x);
     let n = shape.rows;
-    for w in out.eigvals {
-        w.expect_dtype(T::DTYPE)?;
-        w.expect_dims(&[batch_dims, &[n as i64]].concat())?;
-    }
     for v in [&out.vl, &out.vr] {
         v.expect_dtype(T::Vector::DTYPE)?;
         v.expect_dims(x.dims())?;

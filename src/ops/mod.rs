@@ -17,7 +17,7 @@ pub mod tridiagonal_solve;
 pub mod trsm;
 
 use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error, XLA_FFI_Handler};
-use crate::ffi::{Error, NativeType, Result, ThreadPool};
+use crate::ffi::{Buffer, Error, MatrixBatch, NativeType, Result, ThreadPool};
 use ferrax_cpu_fallback::Lapack;
 use num_complex::Complex;
 
@@ -61,6 +61,34 @@ pub(crate) unsafe fn by_result_count(
     } else {
         complex(frame)
     }
+}
+
+/// Checks the input and eigenvalue results of geev/gees, whose real and complex contracts
+/// differ: `expected` eigenvalue arrays (`[wr, wi]` for real input, `[w]` for complex), each
+/// `[batch..., n]` of the input's dtype; `results` names the contract's results for the error
+/// and `others` counts the call's other results. Returns the (square) input's shape.
+pub(crate) fn expect_eigenvalues<T: Scalar>(
+    x: &Buffer<'_>,
+    eigvals: &[Buffer<'_>],
+    expected: usize,
+    results: &str,
+    others: usize,
+) -> Result<MatrixBatch> {
+    if eigvals.len() != expected {
+        return Err(Error::invalid_argument(format!(
+            "{}: dtype {} takes the results ({results}), but the call has {} results",
+            x.operand,
+            T::DTYPE,
+            eigvals.len() + others
+        )));
+    }
+    let shape = MatrixBatch::square(x)?;
+    let dims = [shape.batch_dims(x), &[shape.rows as i64]].concat();
+    for w in eigvals {
+        w.expect_dtype(T::DTYPE)?;
+        w.expect_dims(&dims)?;
+    }
+    Ok(shape)
 }
 
 /// Below this many flops of work per task, scheduling on the pool costs more than it saves

@@ -9,10 +9,10 @@
 //! 'N' only (jaxlib has no selection function to sort by, so 'S' is UNIMPLEMENTED there too).
 
 use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error};
-use crate::ffi::{Buffer, DataType, Error, MatrixBatch, Result, ThreadPool};
+use crate::ffi::{Buffer, DataType, Error, Result, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::{by_result_count, char_attr, for_each_chunk, lapack_dim, query_lwork, routine};
-use crate::ops::{dispatch_lapack, Scalar, SharedMut};
+use crate::ops::{dispatch_lapack, expect_eigenvalues, Scalar, SharedMut};
 use ferrax_cpu_fallback::{ComplexLapack, GeesComplex, GeesReal, Real, RealLapack};
 use num_complex::Complex;
 use std::ffi::{c_char, CStr};
@@ -140,24 +140,12 @@ fn gees_typed<T: Gees>(
     out: Outputs<'_, '_>,
     [jobvs, sort]: [c_char; 2],
 ) -> Result<()> {
-    if out.eigvals.len() != T::EIGVALS {
-        return Err(Error::invalid_argument(format!(
-            "{}: dtype {} takes the results ({}), but the call has {} results",
-            x.operand,
-            T::DTYPE,
-            T::RESULTS,
-            out.eigvals.len() + 4
-        )));
-    }
-    let shape = MatrixBatch::square(&x)?;
+    // The other results: x_out, schur_vectors, selected_eigvals, info.
+    let shape = expect_eigenvalues::<T>(&x, out.eigvals, T::EIGVALS, T::RESULTS, 4)?;
     let batch_dims = shape.batch_dims(&x);
     let n = shape.rows;
     out.schur_vectors.expect_dtype(T::DTYPE)?;
     out.schur_vectors.expect_dims(x.dims())?;
-    for w in out.eigvals {
-        w.expect_dtype(T::DTYPE)?;
-        w.expect_dims(&[batch_dims, &[n as i64]].concat())?;
-    }
     for b in [&out.sdim, &out.info] {
         b.expect_dtype(DataType::S32)?;
         b.expect_dims(batch_dims)?;
