@@ -88,15 +88,22 @@ pub fn load_library(path: &std::path::Path) -> Result<usize, String> {
     // SAFETY: loading a LAPACK library runs no code of ours; its initializers are its own.
     let library = unsafe { libloading::Library::new(path) }
         .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
+    // scipy-openblas32 prefixes every symbol with `scipy_`; a plain LAPACK does not.
+    let find = |symbol: String| {
+        [format!("scipy_{symbol}"), symbol]
+            .into_iter()
+            .find_map(|name| {
+                // SAFETY: only the address is taken; it is called later with its own signature.
+                unsafe { library.get::<*mut c_void>(name.as_bytes()) }
+                    .ok()
+                    .map(|f| *f)
+            })
+    };
     let mut found = 0;
     for (name, slot) in ROUTINES.iter().zip(&POINTERS) {
-        for symbol in [format!("scipy_{name}_"), format!("{name}_")] {
-            // SAFETY: only the address is taken; it is called later with its LAPACK signature.
-            if let Ok(f) = unsafe { library.get::<*mut c_void>(symbol.as_bytes()) } {
-                slot.store(*f, Ordering::Release);
-                found += 1;
-                break;
-            }
+        if let Some(f) = find(format!("{name}_")) {
+            slot.store(f, Ordering::Release);
+            found += 1;
         }
     }
     if found == 0 {
@@ -105,13 +112,8 @@ pub fn load_library(path: &std::path::Path) -> Result<usize, String> {
             path.display()
         ));
     }
-    let setter = crate::threads::SET_NUM_THREADS_LOCAL;
-    for symbol in [format!("scipy_{setter}"), setter.to_string()] {
-        // SAFETY: only the address is taken; it is called with its OpenBLAS signature.
-        if let Ok(f) = unsafe { library.get::<*mut c_void>(symbol.as_bytes()) } {
-            crate::threads::register(*f);
-            break;
-        }
+    if let Some(f) = find(crate::threads::SET_NUM_THREADS_LOCAL.to_string()) {
+        crate::threads::register(f);
     }
     std::mem::forget(library);
     Ok(found)
