@@ -239,6 +239,12 @@ pub(crate) fn query_lwork<T: Scalar>(
             "LAPACK workspace query failed with info {info}"
         )));
     }
-    // `as` saturates; LAPACK wants lwork >= 1 even where it needs no workspace.
-    Ok((work.re().ceil() as i32).max(1))
+    // LAPACK wants lwork >= 1 even where it needs no workspace.
+    let lwork = work.re().ceil().max(1.0);
+    if lwork > f64::from(i32::MAX) {
+        return Err(Error::invalid_argument(format!(
+            "LAPACK asks for a workspace of {lwork} elements, past its 32-bit integer range"
+        )));
+    }
+    Ok(lwork as i32)
 }
