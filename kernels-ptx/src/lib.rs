@@ -1,9 +1,26 @@
 //! Kernel arithmetic shared by the CPU handlers and (compiled to PTX) the GPU kernels.
 //!
-//! Everything here is `no_std`, allocation-free and works on slices, so the same code is
-//! unit-tested on the host and compiled for `nvptx64-nvidia-cuda`.
+//! Everything here is `no_std`, allocation-free and works on slices or raw pointers, so the
+//! same code is unit-tested on the host and compiled for `nvptx64-nvidia-cuda`. Kernel bodies
+//! read their position through [`grid`]; the `extern "ptx-kernel"` entry points live in `gpu`
+//! (nvptx only), each a thin call into a host-testable body.
 #![no_std]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(abi_ptx, stdarch_nvptx, core_float_math, asm_experimental_arch)
+)]
 
+pub mod grid;
 pub mod pivots;
 pub mod threefry;
 pub mod tridiagonal;
+
+#[cfg(target_arch = "nvptx64")]
+mod gpu;
+
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: aborts the kernel; the launch then reports an error to the host.
+    unsafe { core::arch::nvptx::trap() }
+}

@@ -1,0 +1,190 @@
+//! Thread and block indices, block barriers and dynamic shared memory: the hardware on nvptx,
+//! an emulation on the host (each block's threads are real OS threads meeting at a `Barrier`)
+//! so that kernel bodies are unit-tested on the CPU with the code that runs on the GPU.
+
+#[cfg(target_arch = "nvptx64")]
+mod imp {
+    use core::arch::nvptx;
+
+    core::arch::global_asm!(".extern .shared .align 16 .b8 FERRAX_DYNAMIC_SHARED[];");
+
+    #[inline(always)]
+    pub fn thread_idx_x() -> u32 {
+        // SAFETY: reads a special register.
+        unsafe { nvptx::_thread_idx_x() as u32 }
+    }
+    #[inline(always)]
+    pub fn block_idx_x() -> u32 {
+        // SAFETY: reads a special register.
+        unsafe { nvptx::_block_idx_x() as u32 }
+    }
+    #[inline(always)]
+    pub fn block_dim_x() -> u32 {
+        // SAFETY: reads a special register.
+        unsafe { nvptx::_block_dim_x() as u32 }
+    }
+    #[inline(always)]
+    pub fn grid_dim_x() -> u32 {
+        // SAFETY: reads a special register.
+        unsafe { nvptx::_grid_dim_x() as u32 }
+    }
+    /// `__syncthreads()`: every thread of the block must reach it.
+    #[inline(always)]
+    pub fn sync_threads() {
+        // SAFETY: a block-wide barrier; callers keep it in uniform control flow.
+        unsafe { nvptx::_syncthreads() }
+    }
+    /// Start of the block's dynamic shared memory (sized by the launch), as a generic pointer.
+    #[inline(always)]
+    pub fn dynamic_shared<T>() -> *mut T {
+        let p: u64;
+        // SAFETY: converts the shared-window address of the extern array to a generic one.
+        unsafe {
+            core::arch::asm!("cvta.shared.u64 {p}, FERRAX_DYNAMIC_SHARED;", p = out(reg64) p,
+                options(pure, nomem, nostack));
+        }
+        p as *mut T
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+mod imp {
+    extern crate std;
+    use std::cell::Cell;
+    use std::sync::Barrier;
+    use std::vec::Vec;
+
+    #[derive(Clone, Copy)]
+    struct Position {
+        thread: u32,
+        block: u32,
+        block_dim: u32,
+        grid_dim: u32,
+        barrier: *const Barrier,
+        shared: *mut u8,
+    }
+
+    std::thread_local! {
+        static POSITION: Cell<Option<Position>> = const { Cell::new(None) };
+    }
+
+    fn position() -> Position {
+        POSITION
+            .with(Cell::get)
+            .expect("grid indices read outside grid::launch")
+    }
+
+    pub fn thread_idx_x() -> u32 {
+        position().thread
+    }
+    pub fn block_idx_x() -> u32 {
+        position().block
+    }
+    pub fn block_dim_x() -> u32 {
+        position().block_dim
+    }
+    pub fn grid_dim_x() -> u32 {
+        position().grid_dim
+    }
+    pub fn sync_threads() {
+        // SAFETY: the barrier outlives every thread of the block (scoped threads in `launch`).
+        unsafe { (*position().barrier).wait() };
+    }
+    pub fn dynamic_shared<T>() -> *mut T {
+        position().shared.cast()
+    }
+
+    struct SendPtr<T>(*const T);
+    unsafe impl<T> Send for SendPtr<T> {}
+    unsafe impl<T> Sync for SendPtr<T> {}
+    impl<T> SendPtr<T> {
+        fn get(&self) -> *const T {
+            self.0
+        }
+    }
+
+    /// Runs `body` as a 1-D launch of `grid` blocks of `block` threads with `shared_bytes` of
+    /// dynamic shared memory (zeroed, 16-byte aligned), one block after another; the threads
+    /// of a block run concurrently so that `sync_threads` behaves as on the GPU.
+    pub fn launch(grid: u32, block: u32, shared_bytes: usize, body: impl Fn() + Sync) {
+        for b in 0..grid {
+            let barrier = Barrier::new(block as usize);
+            let mut shared: Vec<u128> = std::vec![0; shared_bytes.div_ceil(16)];
+            let (barrier_ptr, shared_ptr) = (
+                SendPtr(&barrier as *const Barrier),
+                SendPtr(shared.as_mut_ptr() as *const u8),
+            );
+            std::thread::scope(|scope| {
+                for t in 0..block {
+                    let (body, barrier_ptr, shared_ptr) = (&body, &barrier_ptr, &shared_ptr);
+                    std::thread::Builder::new()
+                        .stack_size(256 << 10)
+                        .spawn_scoped(scope, move || {
+                            POSITION.with(|p| {
+                                p.set(Some(Position {
+                                    thread: t,
+                                    block: b,
+                                    block_dim: block,
+                                    grid_dim: grid,
+                                    barrier: barrier_ptr.get(),
+                                    shared: shared_ptr.get() as *mut u8,
+                                }))
+                            });
+                            body();
+                            POSITION.with(|p| p.set(None));
+                        })
+                        .expect("spawn an emulated GPU thread");
+                }
+            });
+        }
+    }
+}
+
+pub use imp::*;
+
+/// Index of this thread in the whole 1-D grid.
+#[inline(always)]
+pub fn global_idx_x() -> u64 {
+    block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64
+}
+
+/// Number of threads in the whole 1-D grid (the stride of a grid-stride loop).
+#[inline(always)]
+pub fn grid_size_x() -> u64 {
+    grid_dim_x() as u64 * block_dim_x() as u64
+}
+
+#[cfg(all(test, not(target_arch = "nvptx64")))]
+mod tests {
+    use super::*;
+    use core::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn every_thread_runs_once_with_its_indices() {
+        let seen: [AtomicU32; 12] = Default::default();
+        launch(3, 4, 0, || {
+            assert_eq!((block_dim_x(), grid_dim_x()), (4, 3));
+            seen[global_idx_x() as usize].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1));
+    }
+
+    #[test]
+    fn barrier_orders_shared_memory() {
+        // Each thread writes its slot, then reads its neighbour's after the barrier.
+        let sums: [AtomicU32; 8] = Default::default();
+        launch(2, 8, 8 * 4, || {
+            let shared = dynamic_shared::<u32>();
+            let t = thread_idx_x();
+            unsafe { *shared.add(t as usize) = t + 10 * block_idx_x() };
+            sync_threads();
+            let neighbour = unsafe { *shared.add(((t + 1) % 8) as usize) };
+            if block_idx_x() == 1 {
+                sums[t as usize].store(neighbour, Ordering::Relaxed);
+            }
+        });
+        for (t, s) in sums.iter().enumerate() {
+            assert_eq!(s.load(Ordering::Relaxed), (t as u32 + 1) % 8 + 10);
+        }
+    }
+}
