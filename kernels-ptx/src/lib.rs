@@ -11,6 +11,7 @@
 )]
 
 pub mod grid;
+pub mod launch;
 pub mod pivots;
 pub mod threefry;
 pub mod tridiagonal;
