@@ -5,5 +5,6 @@
 //! - [`capi`]: the other exported C symbols (target table, LAPACK table fillers).
 
 pub mod capi;
+pub mod cuda;
 pub mod ffi;
 pub mod ops;

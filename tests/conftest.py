@@ -3,7 +3,7 @@
 Every helper is a fixture (no test module imports this file): ``rng`` (seeded per test),
 ``dtype`` (the four LAPACK dtypes), ``random_matrix``, ``assert_close`` (tolerances per
 dtype), ``run_python`` (a fresh interpreter with this process's environment) and
-``installed``.
+``installed``, and ``gpu`` (skips without a CUDA device).
 """
 
 from __future__ import annotations
@@ -122,6 +122,15 @@ def installed():
     assert ferrax.installed()
     yield
     ferrax.uninstall()
+
+
+@pytest.fixture(scope="session")
+def gpu():
+    """jax's first CUDA device; the test is skipped where there is none (CI, laptops)."""
+    try:
+        return jax.devices("cuda")[0]
+    except RuntimeError:
+        pytest.skip("no CUDA device")
 
 
 @pytest.fixture

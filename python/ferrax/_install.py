@@ -22,15 +22,19 @@ import types
 
 import jax
 import jaxlib.lapack as jaxlib_lapack
+from jax._src import config
+from jax._src import core
 from jax._src import ffi as jax_ffi
-from jax._src.interpreters import mlir
+from jax._src.interpreters import batching, mlir
 from jax._src.lax import linalg as lax_linalg
+from jax._src.random import prng as jax_prng
 from jax._src.random import threefry2x32 as jax_threefry
 # Imported here rather than on install: importing it registers jax's own sparse lowering rules,
 # which must already be in place when install() saves the rules it replaces.
 from jax.experimental.sparse import _lowerings as sparse_lowerings
 
 from ferrax import _primitives, linalg, random
+from ferrax._primitives import threefry2x32_bits_p
 from ferrax._registry import register
 
 _lock = threading.Lock()
@@ -76,6 +80,43 @@ def _threefry2x32(key0, key1, x0, x1):
     return list(random.threefry2x32(key0, key1, x0, x1))
 
 
+_threefry2x32_kernel = mlir.lower_fun(_threefry2x32, multiple_results=True)
+
+
+def _threefry2x32_cuda(ctx, *args):
+    # As jax's GPU rule: a kernel only when asked for, else XLA's fused arithmetic (faster
+    # than any kernel that reads materialized counters).
+    if config.threefry_gpu_kernel_lowering.value:
+        return _threefry2x32_kernel(ctx, *args)
+    return jax_threefry._threefry2x32_lowering_rule(ctx, *args)
+
+
+def _random_bits_cuda(ctx, keys, *, bit_width, shape):
+    aval, = ctx.avals_in
+    if (aval.dtype._impl is not jax_threefry.threefry_prng_impl
+            or not config.threefry_partitionable.value
+            or not all(core.is_constant_dim(d) for d in shape)):
+        return jax_prng.random_bits_lowering(ctx, keys, bit_width=bit_width, shape=shape)
+    # ferrax's kernel makes the counters itself: only the keys are read.
+    bits = mlir.lower_fun(
+        lambda k: threefry2x32_bits_p.bind(k, bit_width=bit_width, shape=shape),
+        multiple_results=False)
+    physical = ctx.replace(avals_in=[core.physical_aval(aval)])
+    out = bits(physical, keys)
+    ctx.set_tokens_out(physical.tokens_out)
+    return out
+
+
+def _cholesky_update(r, w):
+    return linalg.cholesky_update(r, w)
+
+
+def _cholesky_update_batched(args, dims):
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    r, w = (batching.bdim_at_front(x, d, size) for x, d in zip(args, dims))
+    return linalg.cholesky_update(r, w), 0
+
+
 _jax_tridiagonal_solve_cpu_lowering = lax_linalg._tridiagonal_solve_cpu_lowering
 
 
@@ -96,10 +137,15 @@ def _csr_spmm_cpu_lowering(ctx, data, outer_indices, inner_indices, rhs):
 
 def _routes():
     """(platform, jax primitive, lowering rule) for every primitive ferrax takes over."""
+    pivots = mlir.lower_fun(_lu_pivots_to_permutation, multiple_results=False)
     return [
-        ("cpu", lax_linalg.lu_pivots_to_permutation_p,
-         mlir.lower_fun(_lu_pivots_to_permutation, multiple_results=False)),
-        ("cpu", jax_threefry.threefry2x32_p, mlir.lower_fun(_threefry2x32, multiple_results=True)),
+        ("cpu", lax_linalg.lu_pivots_to_permutation_p, pivots),
+        ("cuda", lax_linalg.lu_pivots_to_permutation_p, pivots),
+        ("cuda", jax_threefry.threefry2x32_p, _threefry2x32_cuda),
+        ("cuda", jax_prng.random_bits_p, _random_bits_cuda),
+        ("cuda", lax_linalg.cholesky_update_p,
+         mlir.lower_fun(_cholesky_update, multiple_results=False)),
+        ("cpu", jax_threefry.threefry2x32_p, _threefry2x32_kernel),
         ("cpu", lax_linalg.tridiagonal_solve_p, _tridiagonal_solve),
         ("cpu", sparse_lowerings.csr_spmv_p, _csr_spmm_cpu_lowering),
         ("cpu", sparse_lowerings.csr_spmm_p, _csr_spmm_cpu_lowering),
@@ -127,6 +173,10 @@ def install() -> None:
         for module, name, replacement in _module_routes():
             _saved[(module, name)] = getattr(module, name)
             setattr(module, name, replacement)
+        # jax's cholesky_update has no batching rule; ferrax's primitive takes batches.
+        _saved[(batching, lax_linalg.cholesky_update_p)] = \
+            batching.fancy_primitive_batchers.get(lax_linalg.cholesky_update_p)
+        batching.primitive_batchers[lax_linalg.cholesky_update_p] = _cholesky_update_batched
     jax.clear_caches()
 
 
@@ -138,7 +188,11 @@ def uninstall() -> None:
             return
         jaxlib_lapack.prepare_lapack_call = _jaxlib_prepare_lapack_call
         for (owner, key), entry in _saved.items():
-            if isinstance(owner, types.ModuleType):  # a _module_routes() attribute
+            if owner is batching and entry is None:
+                batching.fancy_primitive_batchers.pop(key, None)
+            elif owner is batching:
+                batching.fancy_primitive_batchers[key] = entry
+            elif isinstance(owner, types.ModuleType):  # a _module_routes() attribute
                 setattr(owner, key, entry)
             elif entry is None:
                 mlir._platform_specific_lowerings[owner].pop(key, None)

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from functools import partial
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from jax._src import core, dispatch, dtypes
+from jax._src.random import threefry2x32 as jax_threefry
 from jax._src.interpreters import batching, mlir
 
 from ferrax._lowering import batched_ffi_lowering
@@ -18,6 +21,8 @@ from ferrax._lowering import batched_ffi_lowering
 GETRF = "ferrax_getrf"
 LU_PIVOTS_TO_PERMUTATION = "ferrax_lu_pivots_to_permutation"
 THREEFRY2X32 = "ferrax_threefry2x32"
+THREEFRY2X32_BITS = "ferrax_threefry2x32_bits"
+CHOLESKY_UPDATE = "ferrax_cholesky_update"
 
 _LAPACK_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 
@@ -29,14 +34,23 @@ def _batch_at_front(prim, args, dims, **params):
     return out, ((0,) * len(out) if prim.multiple_results else 0)
 
 
-def _primitive(name, abstract_eval, cpu_lowering, multiple_results=True):
+def _primitive(name, abstract_eval, lowerings, multiple_results=True):
+    """A primitive lowered per platform by ``lowerings`` (platform -> rule); a platform
+    without a rule has no ferrax target for it."""
     prim = core.Primitive(name)
     prim.multiple_results = multiple_results
     prim.def_impl(partial(dispatch.apply_primitive, prim))
     prim.def_abstract_eval(abstract_eval)
     batching.primitive_batchers[prim] = partial(_batch_at_front, prim)
-    mlir.register_lowering(prim, cpu_lowering, platform="cpu")
+    for platform, rule in lowerings.items():
+        mlir.register_lowering(prim, rule, platform=platform)
     return prim
+
+
+def _on(*platforms):
+    """The same rule for each platform: the target name is one, each platform's handler is
+    registered under it."""
+    return lambda rule: dict.fromkeys(platforms, rule)
 
 
 def _getrf_abstract_eval(a):
@@ -52,8 +66,8 @@ def _getrf_abstract_eval(a):
 
 
 #: LAPACK getrf: ``a -> (packed LU, 1-based pivots, info)``.
-getrf_p = _primitive(GETRF, _getrf_abstract_eval, batched_ffi_lowering(
-    GETRF, num_non_batch_dims=2, column_major=True, operand_output_aliases={0: 0}))
+getrf_p = _primitive(GETRF, _getrf_abstract_eval, _on("cpu")(batched_ffi_lowering(
+    GETRF, num_non_batch_dims=2, column_major=True, operand_output_aliases={0: 0})))
 
 
 def _pivots_abstract_eval(pivots, *, permutation_size):
@@ -70,7 +84,7 @@ _pivots_lowering = batched_ffi_lowering(
 lu_pivots_to_permutation_p = _primitive(
     LU_PIVOTS_TO_PERMUTATION, _pivots_abstract_eval,
     # permutation_size is implied by the result shape; it is not an FFI attribute.
-    lambda ctx, pivots, *, permutation_size: _pivots_lowering(ctx, pivots),
+    _on("cpu", "cuda")(lambda ctx, pivots, *, permutation_size: _pivots_lowering(ctx, pivots)),
     multiple_results=False)
 
 
@@ -87,5 +101,79 @@ def _threefry_abstract_eval(*args):
 #: Threefry-2x32 of ``(key0, key1)`` over counters ``(x0, x1)``, all uint32 of one shape
 #: ending in a unit dimension: XLA's batch partitioner only splits custom calls with at least
 #: one non-batch dimension, so the wrappers add one and every other dimension is a batch.
-threefry2x32_p = _primitive(THREEFRY2X32, _threefry_abstract_eval, batched_ffi_lowering(
-    THREEFRY2X32, num_non_batch_dims=1, column_major=False))
+threefry2x32_p = _primitive(THREEFRY2X32, _threefry_abstract_eval, _on("cpu", "cuda")(
+    batched_ffi_lowering(THREEFRY2X32, num_non_batch_dims=1, column_major=False)))
+
+
+def _bits_abstract_eval(keys, *, bit_width, shape):
+    if keys.ndim < 1 or keys.shape[-1] != 2 or dtypes.dtype(keys.dtype) != np.uint32:
+        raise TypeError(f"{THREEFRY2X32_BITS}: expected uint32 keys of shape [..., 2], "
+                        f"got {keys.dtype}{list(keys.shape)}")
+    if bit_width not in (8, 16, 32, 64):
+        raise TypeError(f"{THREEFRY2X32_BITS}: bit_width must be 8, 16, 32 or 64, got {bit_width}")
+    return core.ShapedArray((*keys.shape[:-1], *shape), np.dtype(f"uint{bit_width}"))
+
+
+def _bits_reference(keys, *, bit_width, shape):
+    # jax's own partitionable algorithm, one key at a time; its threefry2x32_p lowers to
+    # ferrax's threefry when ferrax is installed.
+    bits = lambda key: jax_threefry._threefry_random_bits_partitionable(key, bit_width, shape)
+    for _ in range(keys.ndim - 1):
+        bits = jax.vmap(bits)
+    return bits(keys)
+
+
+_bits_lowering = batched_ffi_lowering(THREEFRY2X32_BITS, num_non_batch_dims=1, column_major=False)
+
+#: ``jax.random.bits`` for raw threefry keys ``uint32[..., 2]`` under
+#: ``jax_threefry_partitionable`` semantics: ``uint{bit_width}[..., *shape]``. On GPU the
+#: counters are made inside the kernel; elsewhere it is jax's algorithm.
+threefry2x32_bits_p = _primitive(
+    THREEFRY2X32_BITS, _bits_abstract_eval,
+    {"cpu": mlir.lower_fun(_bits_reference, multiple_results=False),
+     "cuda": lambda ctx, keys, *, bit_width, shape: _bits_lowering(ctx, keys)},
+    multiple_results=False)
+
+
+def _cholesky_update_abstract_eval(r, w):
+    if (r.ndim < 2 or r.shape[-1] != r.shape[-2] or w.shape != r.shape[:-1]
+            or r.dtype != w.dtype or dtypes.dtype(r.dtype) not in _LAPACK_DTYPES):
+        raise TypeError(f"{CHOLESKY_UPDATE}: expected R [..., n, n] and w [..., n] of one dtype "
+                        f"(float32, float64, complex64 or complex128), got "
+                        f"{r.dtype}{list(r.shape)} and {w.dtype}{list(w.shape)}")
+    return core.ShapedArray(r.shape, r.dtype), core.ShapedArray(w.shape, w.dtype)
+
+
+def _cholesky_update_reference(r, w):
+    """Givens rotations row by row (jax's algorithm, extended to complex): row k of
+    ``[R; conj(w)]`` is rotated so that w's entry k vanishes and R's diagonal stays real."""
+    n = r.shape[-1]
+
+    def step(k, carry):
+        r, v = carry  # v = conj(w), a row appended under R
+        a, b = r[..., k, k], v[..., k]
+        radius = jnp.sqrt(jnp.abs(a) ** 2 + jnp.abs(b) ** 2)
+        # Rotate rows (R_k, v) so that v_k vanishes, then scale R_k by a unit factor so the
+        # diagonal is real and positive; (0, 0) is left as it is.
+        c = jnp.where(radius == 0, 1, jnp.abs(a) / jnp.where(radius == 0, 1, radius))
+        phase = jnp.where(a == 0, 1, a / jnp.where(a == 0, 1, jnp.abs(a)))
+        s = jnp.where(radius == 0, 0, jnp.conj(phase) * b / jnp.where(radius == 0, 1, radius))
+        c, phase, s = (x.astype(r.dtype)[..., None] for x in (c, phase, s))
+        row = r[..., k, :]
+        columns = jnp.arange(n) >= k
+        new_row = jnp.where(columns, jnp.conj(phase) * (c * row + jnp.conj(s) * v), row)
+        new_v = jnp.where(columns, c * v - s * row, v)
+        return r.at[..., k, :].set(new_row), new_v
+
+    r, v = jax.lax.fori_loop(0, n, step, (r, jnp.conj(w)))
+    return r, jnp.conj(v)
+
+
+#: Rank-1 update of upper Cholesky factors (row-major, as jaxlib's GPU target):
+#: ``(R [..., n, n], w [..., n]) -> (R', w')`` with ``R'ᴴR' = RᴴR + wwᴴ``; ``w'`` is scratch.
+#: The GPU kernel is ferrax's; elsewhere the same rotations in jax.
+cholesky_update_p = _primitive(
+    CHOLESKY_UPDATE, _cholesky_update_abstract_eval,
+    {"cpu": mlir.lower_fun(_cholesky_update_reference, multiple_results=True),
+     "cuda": batched_ffi_lowering(CHOLESKY_UPDATE, num_non_batch_dims=2, column_major=False,
+                                  operand_output_aliases={0: 0, 1: 1})})

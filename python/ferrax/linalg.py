@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ferrax._primitives import getrf_p, lu_pivots_to_permutation_p
+from ferrax._primitives import cholesky_update_p, getrf_p, lu_pivots_to_permutation_p
 from ferrax._registry import register
 
-__all__ = ["getrf", "lu", "lu_pivots_to_permutation"]
+__all__ = ["cholesky_update", "getrf", "lu", "lu_pivots_to_permutation"]
+
+
+def cholesky_update(r, w):
+    """Rank-1 update of upper Cholesky factors, as :func:`jax.lax.linalg.cholesky_update`:
+    ``R'`` upper with ``R'ᴴR' = RᴴR + wwᴴ``, for batches ``[..., n, n]`` / ``[..., n]`` and
+    float32, float64, complex64 or complex128 (jax's own takes one real matrix)."""
+    register()
+    r, w = jnp.asarray(r), jnp.asarray(w)
+    dtype = jnp.result_type(r, w)
+    return cholesky_update_p.bind(r.astype(dtype), w.astype(dtype))[0]
 
 
 def getrf(a):

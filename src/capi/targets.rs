@@ -74,6 +74,26 @@ targets!(
         "cpu",
         ops::sparse::ferrax_cpu_csr_sparse_dense
     ),
+    (
+        ops::threefry::TARGET,
+        "CUDA",
+        ops::threefry::ferrax_cuda_threefry2x32
+    ),
+    (
+        ops::threefry::BITS_TARGET,
+        "CUDA",
+        ops::threefry::ferrax_cuda_threefry2x32_bits
+    ),
+    (
+        ops::pivots::TARGET,
+        "CUDA",
+        ops::pivots::ferrax_cuda_lu_pivots_to_permutation
+    ),
+    (
+        ops::cholesky_update::TARGET,
+        "CUDA",
+        ops::cholesky_update::ferrax_cuda_cholesky_update
+    ),
 );
 
 /// Returns the target table and writes its length to `count`.

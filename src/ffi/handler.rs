@@ -126,16 +126,25 @@ impl<'a> CallFrame<'a> {
 unsafe fn take_error_message(api: &XLA_FFI_Api, error: *mut XLA_FFI_Error) -> String {
     let mut message = String::from("(no message)");
     if let Some(get) = api.XLA_FFI_Error_GetMessage {
-        // API 0.4's Error_GetDetails has the same leading fields and only appends one.
-        let mut args = XLA_FFI_Error_GetMessage_Args {
-            struct_size: XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE,
-            extension_start: ptr::null_mut(),
-            error,
-            message: ptr::null(),
+        // API 0.4's Error_GetDetails has the same leading fields and appends an error code:
+        // room for it follows, in case a runtime writes it whatever struct_size says.
+        #[repr(C)]
+        struct WithRoom {
+            args: XLA_FFI_Error_GetMessage_Args,
+            _error_code: u64,
+        }
+        let mut call = WithRoom {
+            args: XLA_FFI_Error_GetMessage_Args {
+                struct_size: XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE,
+                extension_start: ptr::null_mut(),
+                error,
+                message: ptr::null(),
+            },
+            _error_code: 0,
         };
-        get(&mut args);
-        if !args.message.is_null() {
-            message = std::ffi::CStr::from_ptr(args.message)
+        get(&mut call.args);
+        if !call.args.message.is_null() {
+            message = std::ffi::CStr::from_ptr(call.args.message)
                 .to_string_lossy()
                 .into_owned();
         }

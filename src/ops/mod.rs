@@ -1,6 +1,7 @@
 //! One module per op family. Each declares its target name once and the handlers bound to it
 //! (the same name is registered per platform, with that platform's handler).
 
+pub mod cholesky_update;
 pub mod eig;
 pub mod eigh;
 pub mod getrf;

@@ -1,7 +1,8 @@
 //! `lu_pivots_to_permutation`: 0-based LAPACK row swaps `[..., k]` to permutations
 //! `[..., p]` (p read from the result's shape), as jaxlib's `cu_lu_pivots_to_permutation`.
 
-use crate::ffi::{Buffer, DataType, Result, ThreadPool};
+use crate::cuda::{param, GpuStream};
+use crate::ffi::{Buffer, DataType, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use std::ffi::CStr;
 
@@ -17,7 +18,8 @@ ffi_handler! {
     body = pivots_cpu;
 }
 
-fn pivots_cpu(pool: ThreadPool<'_>, pivots: Buffer<'_>, permutation: Buffer<'_>) -> Result<()> {
+/// Checks the operands and returns (batch, k, permutation size).
+fn dimensions(pivots: &Buffer<'_>, permutation: &Buffer<'_>) -> Result<(usize, usize, usize)> {
     pivots.expect_dtype(DataType::S32)?;
     permutation.expect_dtype(DataType::S32)?;
     pivots.expect_rank_at_least(1)?;
@@ -39,6 +41,15 @@ fn pivots_cpu(pool: ThreadPool<'_>, pivots: Buffer<'_>, permutation: Buffer<'_>)
             format!("{p}"),
         ));
     }
+    let batch = if p == 0 { 0 } else { permutation.element_count()? / p };
+    Ok((batch, k, p))
+}
+
+fn pivots_cpu(pool: ThreadPool<'_>, pivots: Buffer<'_>, permutation: Buffer<'_>) -> Result<()> {
+    let (batch, k, p) = dimensions(&pivots, &permutation)?;
+    if batch == 0 {
+        return Ok(());
+    }
     // SAFETY: the result is distinct from the argument.
     let (pivots, permutation) = unsafe {
         (
@@ -46,10 +57,6 @@ fn pivots_cpu(pool: ThreadPool<'_>, pivots: Buffer<'_>, permutation: Buffer<'_>)
             permutation.as_mut_slice::<i32>()?,
         )
     };
-    if p == 0 {
-        return Ok(());
-    }
-    let batch = permutation.len() / p;
     let out = crate::ops::SharedMut(permutation.as_mut_ptr());
     crate::ops::for_each_parallel(&pool, batch, k + p, &|b| {
         // SAFETY: each task writes its own matrix's permutation.
@@ -57,4 +64,40 @@ fn pivots_cpu(pool: ThreadPool<'_>, pivots: Buffer<'_>, permutation: Buffer<'_>)
         ferrax_kernels::pivots::pivots_to_permutation(&pivots[b * k..(b + 1) * k], perm);
         Ok(())
     })
+}
+
+ffi_handler! {
+    /// Pivots to permutation on the GPU, one launch for the whole batch.
+    pub fn ferrax_cuda_lu_pivots_to_permutation = TARGET;
+    ctx stream: Stream;
+    arg pivots: Buffer;
+    ret permutation: Buffer;
+    traits = 0;
+    body = pivots_cuda;
+}
+
+fn pivots_cuda(stream: Stream, pivots: Buffer<'_>, permutation: Buffer<'_>) -> Result<()> {
+    let (batch, k, size) = dimensions(&pivots, &permutation)?;
+    if batch == 0 {
+        return Ok(());
+    }
+    let (Ok(k), Ok(size)) = (u32::try_from(k), u32::try_from(size)) else {
+        return Err(permutation.mismatch(
+            "at most 2^32-1 pivots and permutation entries per matrix".into(),
+            format!("k = {k}, permutation_size = {size}"),
+        ));
+    };
+    let gpu = GpuStream::adopt(stream)?;
+    let batch = batch as u64;
+    let config = ferrax_kernels::pivots::launch_config(batch, k, size, gpu.multiprocessors()?);
+    let (pivots, permutation) = (pivots.data_ptr(), permutation.data_ptr());
+    let mut params = [
+        param(&pivots),
+        param(&permutation),
+        param(&batch),
+        param(&k),
+        param(&size),
+    ];
+    // SAFETY: batch*k pivots and batch*size permutation entries, as the entry declares.
+    unsafe { gpu.launch(&config, &mut params) }
 }

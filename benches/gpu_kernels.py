@@ -1,0 +1,153 @@
+"""ferrax's CUDA kernels (issue #4) against stock jax on the local GPU, in one process.
+
+Every time is the median over repeated runs of one jitted function that applies the op to
+``R`` distinct inputs back to back (so launch gaps and host dispatch stay out of the per-op
+time), divided by ``R``. Bandwidths count the fewest bytes each op must move (inputs read once,
+outputs written once) and are compared with a device-to-device copy timed the same way.
+Prints a table; writes ``gpu_kernels.json`` to ``--out``.
+
+    python benches/gpu_kernels.py [--out DIR] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import config as jax_config
+from jax._src.random import threefry2x32 as jax_threefry
+
+import ferrax
+
+REPEATS = 7
+
+
+def per_call_ms(fn, inputs, repeats=REPEATS):
+    """Median ms per application of ``fn`` over the input tuples in ``inputs``."""
+    batch = jax.jit(lambda sets: [fn(*s) for s in sets])
+    jax.block_until_ready(batch(inputs))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(batch(inputs))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3 / len(inputs)
+
+
+def stock_and_ferrax(fn, inputs):
+    """``fn`` timed with jax's own lowerings, then after ``ferrax.install()``."""
+    ferrax.uninstall()
+    stock = per_call_ms(fn, inputs)
+    ferrax.install()
+    try:
+        ours = per_call_ms(fn, inputs)
+    finally:
+        ferrax.uninstall()
+    return stock, ours
+
+
+def u32(rng, shape):
+    return jnp.asarray(rng.integers(0, 2**32, shape, dtype=np.uint32))
+
+
+def pivots(rng, batch, k):
+    """LAPACK-like 0-based swaps: pivots[..., i] in [i, k)."""
+    return jnp.asarray(np.stack([rng.integers(i, k, batch) for i in range(k)], -1).astype(np.int32))
+
+
+def factor(rng, batch, n, dtype):
+    x = rng.standard_normal((*batch, n, n)).astype(dtype) / np.sqrt(n)
+    a = x @ np.swapaxes(x, -1, -2) + np.eye(n, dtype=dtype)
+    r = np.swapaxes(np.linalg.cholesky(a), -1, -2)
+    return jnp.asarray(r.astype(dtype)), jnp.asarray(rng.standard_normal((*batch, n)).astype(dtype))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "benches/results"))
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    scale = 4 if args.quick else 1
+    rows = []
+
+    def row(op, size, bytes_moved, stock_ms, ferrax_ms, goal):
+        rows.append(dict(op=op, size=size, bytes=bytes_moved, stock_ms=stock_ms,
+                         ferrax_ms=ferrax_ms, goal=goal))
+        print(f"  {op:<28} {size:<16} stock {stock_ms if stock_ms is None else round(stock_ms, 4)}"
+              f" ferrax {ferrax_ms:.4f} ms", flush=True)
+
+    n = 2**28 // scale
+    copy_ms = per_call_ms(lambda x: x + jnp.uint32(1), [(u32(rng, n),) for _ in range(4)])
+    copy_bw = 8 * n / copy_ms / 1e6  # GB/s: read + write
+    print(f"copy bandwidth {copy_bw:.0f} GB/s", flush=True)
+
+    # threefry2x32, the element-wise contract: jaxlib's kernel vs ferrax's (both asked for with
+    # jax_threefry_gpu_kernel_lowering) and XLA's fused arithmetic as stock.
+    n = 2**26 // scale
+    sets = [tuple(u32(rng, n) for _ in range(4)) for _ in range(4)]
+    hash_ = lambda *w: jax_threefry.threefry2x32_p.bind(*w)
+    fused = per_call_ms(hash_, sets)
+    with jax_config.threefry_gpu_kernel_lowering(True):
+        stock, ours = stock_and_ferrax(hash_, sets)
+    row("threefry2x32 (jaxlib kernel)", f"2^{n.bit_length() - 1}", 24 * n, stock, ours, "≥90% copy BW")
+    row("threefry2x32 (XLA fused)", f"2^{n.bit_length() - 1}", 24 * n, fused, ours, "")
+
+    # random bits: XLA's fused threefry vs ferrax's kernel with in-kernel counters.
+    n = 2**28 // scale
+    keys = [(jax.random.key(i),) for i in range(4)]
+    stock, ours = stock_and_ferrax(lambda k: jax.random.bits(k, (n,), jnp.uint32), keys)
+    row("random.bits u32", f"2^{n.bit_length() - 1}", 4 * n, stock, ours, "≥2x stock")
+    stock, ours = stock_and_ferrax(lambda k: jax.random.normal(k, (n // 2,), jnp.float32), keys)
+    row("random.normal f32", f"2^{n.bit_length() - 2}", 2 * n, stock, ours, "")
+
+    for batch, k, goal in [(2**20 // scale, 32, "≤0.1 ms"), (2**16 // scale, 128, ""),
+                           (1, 16384, "≤0.05 ms"), (1, 1024, "")]:
+        sets = [(pivots(rng, (batch,), k),) for _ in range(8 if batch > 1 else 32)]
+        stock, ours = stock_and_ferrax(
+            lambda p: jax.lax.linalg.lu_pivots_to_permutation(p, k), sets)
+        row("lu_pivots_to_permutation", f"{batch}x{k}", 8 * batch * k, stock, ours, goal)
+
+    for n, goal in [(256, ""), (1024, ""), (4096, "≤0.1 ms")]:
+        sets = [factor(rng, (), n, np.float64) for _ in range(4)]
+        stock, ours = stock_and_ferrax(jax.lax.linalg.cholesky_update, sets)
+        row("cholesky_update f64", f"{n}", 8 * n * (n + 1) + 16 * n, stock, ours, goal)
+
+    # Batched: jax's own primitive cannot vmap on GPU, so ferrax alone, against the roofline.
+    for batch, n, dtype in [(16384, 32, np.float32), (1024, 128, np.float64), (65536, 8, np.float32)]:
+        batch //= scale
+        sets = [factor(rng, (batch,), n, dtype) for _ in range(4)]
+        ours = per_call_ms(ferrax.linalg.cholesky_update, sets)
+        size = np.dtype(dtype).itemsize
+        row(f"cholesky_update {np.dtype(dtype).name} batched", f"{batch}x{n}",
+            2 * size * batch * (n * n + n), None, ours, "≥50% copy BW")
+
+    print()
+    print(f"GPU: {jax.devices()[0].device_kind}; jax {jax.__version__}; copy bandwidth "
+          f"{copy_bw:.0f} GB/s (read + write)")
+    header = f"{'op':<32} {'size':<12} {'stock ms':>10} {'ferrax ms':>10} {'speedup':>8} " \
+             f"{'ferrax GB/s':>11} {'% copy':>7}  goal"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        bw = r["bytes"] / r["ferrax_ms"] / 1e6
+        stock = f"{r['stock_ms']:10.4f}" if r["stock_ms"] is not None else f"{'-':>10}"
+        speedup = f"{r['stock_ms'] / r['ferrax_ms']:7.2f}x" if r["stock_ms"] is not None else f"{'-':>8}"
+        print(f"{r['op']:<32} {r['size']:<12} {stock} {r['ferrax_ms']:10.4f} {speedup} "
+              f"{bw:11.0f} {100 * bw / copy_bw:6.1f}%  {r['goal']}")
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_kernels.json").write_text(json.dumps(
+        dict(device=jax.devices()[0].device_kind, jax=jax.__version__, copy_gb_s=copy_bw,
+             rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+//! The CUDA side of the GPU handlers: the driver API loaded at run time through `cudarc` (so
+//! builds and CPU-only machines need no CUDA), XLA's stream and its context adopted, ferrax's
+//! PTX module loaded once per context, and launches whose failures become FFI errors naming
+//! the kernel.
+//!
+//! CUDA 12 users: the driver API used here (module loading, launches, memset/memcpy, stream
+//! context) is unchanged between CUDA 12 and 13 and `libcuda.so.1` comes with the driver, so
+//! the same build runs on either; the PTX targets sm_80 and is JIT-compiled for newer GPUs.
+
+mod runtime;
+
+pub use runtime::{param, GpuStream, KERNELS_PTX};

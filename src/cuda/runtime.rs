@@ -1,0 +1,213 @@
+use crate::ffi::{Error, Result, Stream};
+use cudarc::driver::{result, sys, DriverError};
+use ferrax_kernels::launch::LaunchConfig;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Mutex, OnceLock};
+
+/// ferrax's kernels (`kernels-ptx/`), built to PTX by `build.rs`.
+pub const KERNELS_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"));
+
+/// The loaded module and what was looked up in it, for one CUDA context. Handles are plain
+/// addresses: the driver lets any thread use them once the context is current.
+struct ContextModule {
+    module: usize,
+    functions: HashMap<&'static str, usize>,
+    multiprocessors: u32,
+}
+
+/// Per-context modules, keyed by `CUcontext`. XLA keeps its contexts for the life of the
+/// process, so entries are never evicted.
+static MODULES: OnceLock<Mutex<HashMap<usize, ContextModule>>> = OnceLock::new();
+
+fn driver_error(what: &str, error: DriverError) -> Error {
+    let name = error
+        .error_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("CUresult {}", error.0 as i32));
+    let text = error
+        .error_string()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Error::internal(format!("{what}: {name} ({text})"))
+}
+
+fn check(what: &str, code: sys::CUresult) -> Result<()> {
+    code.result().map_err(|e| driver_error(what, e))
+}
+
+/// Loads `libcuda` and initializes the driver once; a clear error where there is none.
+fn ensure_driver() -> Result<()> {
+    static DRIVER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    DRIVER
+        .get_or_init(|| {
+            // SAFETY: probes for the library without resolving any symbol.
+            if !unsafe { sys::is_culib_present() } {
+                return Err("the CUDA driver library (libcuda.so.1) could not be loaded".into());
+            }
+            result::init().map_err(|e| format!("cuInit failed: {e:?}"))
+        })
+        .clone()
+        .map_err(Error::failed_precondition)
+}
+
+/// XLA's stream for this call with its context made current on this thread (and restored when
+/// dropped), plus ferrax's module in that context. All work is enqueued on XLA's stream, so
+/// nothing here synchronizes with the host.
+pub struct GpuStream {
+    stream: sys::CUstream,
+    context: sys::CUcontext,
+}
+
+impl GpuStream {
+    pub fn adopt(stream: Stream) -> Result<Self> {
+        ensure_driver()?;
+        let stream = stream.0 as sys::CUstream;
+        if stream.is_null() {
+            return Err(Error::failed_precondition(
+                "XLA passed no CUDA stream (is this target registered for the CUDA platform?)",
+            ));
+        }
+        let mut context: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: `stream` is XLA's live stream; `context` is an out-parameter.
+        check("cuStreamGetCtx", unsafe { sys::cuStreamGetCtx(stream, &mut context) })?;
+        // SAFETY: the context is alive while XLA runs this call; popped in `drop`.
+        check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent_v2(context) })?;
+        Ok(GpuStream { stream, context })
+    }
+
+    pub fn raw(&self) -> sys::CUstream {
+        self.stream
+    }
+
+    /// Runs `f` on this context's module entry (loading the module on first use).
+    fn with_module<T>(&self, f: impl FnOnce(&mut ContextModule) -> Result<T>) -> Result<T> {
+        let modules = MODULES.get_or_init(Default::default);
+        let mut modules = modules.lock().unwrap_or_else(|e| e.into_inner());
+        let key = self.context as usize;
+        if !modules.contains_key(&key) {
+            let image = CString::new(KERNELS_PTX).expect("PTX text has no NUL byte");
+            // SAFETY: the context is current; the image is a NUL-terminated PTX string.
+            let module = unsafe { result::module::load_data(image.as_ptr().cast()) }
+                .map_err(|e| driver_error("loading ferrax's PTX module (cuModuleLoadData)", e))?;
+            let mut device: sys::CUdevice = 0;
+            // SAFETY: out-parameter; the context is current.
+            check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut device) })?;
+            // SAFETY: a valid device handle.
+            let multiprocessors = unsafe {
+                result::device::get_attribute(
+                    device,
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                )
+            }
+            .map_err(|e| driver_error("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", e))?;
+            modules.insert(
+                key,
+                ContextModule {
+                    module: module as usize,
+                    functions: HashMap::new(),
+                    multiprocessors: multiprocessors.max(1) as u32,
+                },
+            );
+        }
+        f(modules.get_mut(&key).expect("inserted above"))
+    }
+
+    /// Streaming multiprocessors of this stream's device (launch plans size grids by it).
+    pub fn multiprocessors(&self) -> Result<u32> {
+        self.with_module(|m| Ok(m.multiprocessors))
+    }
+
+    fn function(&self, kernel: &'static str) -> Result<sys::CUfunction> {
+        self.with_module(|m| {
+            if let Some(&f) = m.functions.get(kernel) {
+                return Ok(f as sys::CUfunction);
+            }
+            let name = CString::new(kernel).expect("kernel names have no NUL byte");
+            // SAFETY: the module belongs to the current context.
+            let f = unsafe { result::module::get_function(m.module as sys::CUmodule, name) }
+                .map_err(|e| driver_error(&format!("kernel {kernel} not in ferrax's PTX"), e))?;
+            m.functions.insert(kernel, f as usize);
+            Ok(f)
+        })
+    }
+
+    /// Enqueues `config` with `params` (pointers to each kernel argument, in order).
+    ///
+    /// # Safety
+    /// `params` must match the entry point's parameter list, and every device pointer in them
+    /// must stay valid until the kernel has run on this stream.
+    pub unsafe fn launch(&self, config: &LaunchConfig, params: &mut [*mut c_void]) -> Result<()> {
+        if config.grid == 0 {
+            return Ok(());
+        }
+        let function = self.function(config.kernel)?;
+        if config.shared_bytes > 48 << 10 {
+            // Above 48 KiB a kernel must opt in to its dynamic shared memory.
+            result::function::set_function_attribute(
+                function,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                config.shared_bytes as i32,
+            )
+            .map_err(|e| driver_error(&format!("kernel {}: shared memory", config.kernel), e))?;
+        }
+        result::launch_kernel(
+            function,
+            (config.grid, 1, 1),
+            (config.block, 1, 1),
+            config.shared_bytes,
+            self.stream,
+            params,
+        )
+        .map_err(|e| {
+            driver_error(
+                &format!(
+                    "launching kernel {} (grid {}, block {}, {} B shared)",
+                    config.kernel, config.grid, config.block, config.shared_bytes
+                ),
+                e,
+            )
+        })
+    }
+
+    /// Zeroes `bytes` of device memory at `ptr`, ordered on the stream.
+    pub fn zero(&self, ptr: *mut c_void, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller's device allocation spans `bytes`.
+        unsafe { result::memset_d8_async(ptr as sys::CUdeviceptr, 0, bytes, self.stream) }
+            .map_err(|e| driver_error("cuMemsetD8Async", e))
+    }
+
+    /// Copies `bytes` between device buffers, ordered on the stream (a no-op when they are the
+    /// same buffer, as when XLA aliased a result to its operand).
+    pub fn copy(&self, dst: *mut c_void, src: *const c_void, bytes: usize) -> Result<()> {
+        if bytes == 0 || std::ptr::eq(dst.cast_const(), src) {
+            return Ok(());
+        }
+        // SAFETY: both device allocations span `bytes`.
+        unsafe {
+            result::memcpy_dtod_async(
+                dst as sys::CUdeviceptr,
+                src as sys::CUdeviceptr,
+                bytes,
+                self.stream,
+            )
+        }
+        .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
+    }
+}
+
+impl Drop for GpuStream {
+    fn drop(&mut self) {
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: pops the context pushed in `adopt` on this same thread.
+        unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+    }
+}
+
+/// A kernel parameter: a pointer to the argument's value, as `cuLaunchKernel` takes them.
+pub fn param<T>(value: &T) -> *mut c_void {
+    value as *const T as *mut c_void
+}

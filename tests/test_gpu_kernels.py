@@ -1,0 +1,191 @@
+"""ferrax's CUDA targets (threefry, random bits, pivots to permutation, Cholesky update)
+against stock jax on the same GPU. Every test skips where jax has no CUDA device."""
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax._src import config as jax_config
+
+import ferrax
+from helpers import assert_same
+
+from test_pivots_threefry import _random_pivots, _reference_permutation
+
+
+def on(device, fn, *args):
+    """``jit(fn)`` run on ``device`` with NumPy results, and the lowered HLO text."""
+    args = [jax.device_put(a, device) for a in args]
+    f = jax.jit(fn)
+    return jax.tree.map(np.asarray, f(*args)), f.lower(*args).as_text()
+
+
+# --- threefry2x32 (element-wise, the cu_threefry2x32_ffi contract) ---------------------------
+
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 1000, 2**20 + 3])
+def test_threefry_elementwise_matches_cpu(gpu, n, rng):
+    words = [rng.integers(0, 2**32, n, dtype=np.uint32) for _ in range(4)]
+    got, hlo = on(gpu, ferrax.random.threefry2x32, *words)
+    assert "ferrax_threefry2x32" in hlo
+    want = ferrax.random.threefry2x32(*words)  # CPU handler, Random123-checked
+    assert_same(tuple(got), tuple(np.asarray(w) for w in want))
+
+
+def test_threefry_kernel_lowering_installed_matches_stock(gpu, installed):
+    key = jax.device_put(jax.random.key(7), gpu)
+    with jax_config.threefry_gpu_kernel_lowering(True):
+        f = jax.jit(lambda k: (jax.random.split(k, 1001), jax.random.uniform(k, (513, 3))))
+        assert "ferrax_threefry2x32" in f.lower(key).as_text()
+        ours = jax.tree.map(np.asarray, jax.random.key_data(f(key)[0])), np.asarray(f(key)[1])
+    ferrax.uninstall()
+    stock = jax.jit(lambda k: (jax.random.split(k, 1001), jax.random.uniform(k, (513, 3))))(key)
+    assert_same(ours, (np.asarray(jax.random.key_data(stock[0])), np.asarray(stock[1])))
+
+
+# --- random bits with in-kernel counters ------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (3, 5), (2**16 + 1,), (64, 1024)], ids=str)
+def test_bits_match_stock(gpu, dtype, shape, rng):
+    key = jax.device_put(jax.random.key(int(rng.integers(2**31))), gpu)
+    got, hlo = on(gpu, lambda k: ferrax.random.bits(k, shape, dtype), key)
+    assert "ferrax_threefry2x32_bits" in hlo
+    want, _ = on(gpu, lambda k: jax.random.bits(k, shape, dtype), key)
+    assert_same(got, want)
+
+
+def test_bits_batched_keys_match_vmapped_stock(gpu, rng):
+    keys = jax.random.split(jax.random.key(int(rng.integers(2**31))), (3, 4))
+    got, _ = on(gpu, lambda k: ferrax.random.bits(k, (33,)), keys)
+    want, _ = on(gpu, jax.vmap(jax.vmap(lambda k: jax.random.bits(k, (33,)))), keys)
+    assert got.shape == (3, 4, 33)
+    assert_same(got, want)
+
+
+def test_installed_random_functions_match_stock(gpu, rng):
+    key = jax.device_put(jax.random.key(int(rng.integers(2**31))), gpu)
+    fns = lambda k: (jax.random.bits(k, (1000,), jnp.uint64), jax.random.normal(k, (257, 3)),
+                     jax.random.uniform(k, (4096,), jnp.float32), jax.random.randint(k, (99,), 0, 7))
+    stock, _ = on(gpu, fns, key)
+    ferrax.install()
+    ours, hlo = on(gpu, fns, key)
+    assert "ferrax_threefry2x32_bits" in hlo
+    assert_same(ours, stock)
+
+
+# --- lu_pivots_to_permutation ----------------------------------------------------------------
+
+@pytest.mark.parametrize("batch, k, p", [((), 1, 1), ((5,), 7, 9), ((2, 3), 32, 32), ((1000,), 32, 32),
+                                         ((7,), 128, 130), ((), 16384, 16384), ((3,), 300, 2000),
+                                         ((4,), 0, 5), ((0,), 3, 3)], ids=str)
+def test_pivots_match_reference(gpu, batch, k, p, rng):
+    pivots = _random_pivots(rng, batch, k, p)
+    got, hlo = on(gpu, lambda x: ferrax.linalg.lu_pivots_to_permutation(x, p), pivots)
+    assert "ferrax_lu_pivots_to_permutation" in hlo
+    want = (np.asarray(ferrax.linalg.lu_pivots_to_permutation(pivots, p)) if k > 64
+            else _reference_permutation(pivots, p))  # CPU handler where the Python loop is slow
+    assert_same(got, want)
+
+
+def test_pivots_out_of_range_are_ignored(gpu):
+    pivots = np.array([[-1, 7, 1], [2, 2, 2]], np.int32)
+    got, _ = on(gpu, lambda x: ferrax.linalg.lu_pivots_to_permutation(x, 3), pivots)
+    np.testing.assert_array_equal(got, [[0, 2, 1], [2, 0, 1]])
+
+
+def test_installed_lu_matches_stock(gpu, rng):
+    a = rng.standard_normal((64, 24, 24)).astype(np.float32)
+    stock, _ = on(gpu, jax.lax.linalg.lu, a)
+    ferrax.install()
+    ours, hlo = on(gpu, jax.lax.linalg.lu, a)
+    assert "ferrax_lu_pivots_to_permutation" in hlo
+    assert_same(ours, stock)
+
+
+# --- cholesky_update --------------------------------------------------------------------------
+
+def _factor_and_vector(rng, batch, n, dtype):
+    dtype = np.dtype(dtype)
+    x = rng.standard_normal(batch + (n, n))
+    w = rng.standard_normal(batch + (n,))
+    if dtype.kind == "c":
+        x, w = x + 1j * rng.standard_normal(x.shape), w + 1j * rng.standard_normal(w.shape)
+    a = x @ np.conj(np.swapaxes(x, -1, -2)) + n * np.eye(n)
+    r = np.conj(np.swapaxes(np.linalg.cholesky(a), -1, -2))
+    # Noise below the diagonal: the kernel must leave it alone.
+    r = r + np.tril(rng.standard_normal(r.shape), -1)
+    return r.astype(dtype), w.astype(dtype), a
+
+
+def _check_update(r0, w, a, got, rtol):
+    upper = np.triu(got)
+    want = a + w[..., :, None] * np.conj(w[..., None, :])
+    rebuilt = np.conj(np.swapaxes(upper, -1, -2)) @ upper
+    scale = np.abs(want).max()
+    assert np.abs(rebuilt - want).max() <= rtol * scale
+    np.testing.assert_array_equal(np.tril(got, -1), np.tril(r0, -1))
+    assert (np.real(np.diagonal(got, axis1=-2, axis2=-1)) > 0).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("batch, n", [((), 1), ((), 5), ((), 33), ((), 300), ((), 1000),
+                                      ((7,), 16), ((3, 2), 40), ((1024,), 32), ((0,), 4)], ids=str)
+def test_cholesky_update_identity(gpu, dtype, batch, n, rng):
+    r, w, a = _factor_and_vector(rng, batch, n, dtype)
+    got, hlo = on(gpu, ferrax.linalg.cholesky_update, r, w)
+    assert "ferrax_cholesky_update" in hlo
+    rtol = 20 * max(n, 4) * np.finfo(dtype).eps  # Givens updates: backward error ~ n eps
+    if 0 not in batch:
+        _check_update(r, w, a, got, rtol)
+    # Same rotations as the CPU path (jax's algorithm), to rounding.
+    cpu = np.asarray(ferrax.linalg.cholesky_update(r, w))
+    np.testing.assert_allclose(got, cpu, rtol=rtol, atol=rtol * np.abs(cpu).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [8, 100, 512])
+def test_installed_cholesky_update_matches_stock(gpu, dtype, n, rng):
+    r, w, _ = _factor_and_vector(rng, (), n, dtype)
+    r = np.triu(r)  # jaxlib's kernel may touch the lower triangle
+    stock, _ = on(gpu, jax.lax.linalg.cholesky_update, r, w)
+    ferrax.install()
+    ours, hlo = on(gpu, jax.lax.linalg.cholesky_update, r, w)
+    assert "ferrax_cholesky_update" in hlo
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(np.triu(ours), np.triu(stock), rtol=tol, atol=tol * n)
+
+
+def test_installed_cholesky_update_vmaps(gpu, rng):
+    """jax's own primitive has no batching rule on GPU; after install() vmap works."""
+    r, w, a = _factor_and_vector(rng, (6,), 20, np.float64)
+    ferrax.install()
+    got, _ = on(gpu, jax.vmap(jax.lax.linalg.cholesky_update), r, w)
+    _check_update(r, w, a, got, 20 * 20 * np.finfo(np.float64).eps)
+
+
+# --- bad input through the raw targets: an error naming the target, not a crash --------------
+
+def test_threefry_shape_mismatch_is_an_error(gpu):
+    x = jax.device_put(np.ones(8, np.uint32), gpu)
+    y = jax.device_put(np.ones(9, np.uint32), gpu)
+    out = jax.ShapeDtypeStruct((8,), np.uint32)
+    call = jax.ffi.ffi_call("ferrax_threefry2x32", (out, out))
+    with pytest.raises(Exception, match="ferrax_threefry2x32"):
+        jax.block_until_ready(jax.jit(call)(x, x, y, x))
+
+
+def test_cholesky_update_wrong_dtype_is_an_error(gpu):
+    r = jax.device_put(np.eye(4, dtype=np.int32), gpu)
+    w = jax.device_put(np.ones(4, np.int32), gpu)
+    call = jax.ffi.ffi_call("ferrax_cholesky_update",
+                            (jax.ShapeDtypeStruct((4, 4), np.int32), jax.ShapeDtypeStruct((4,), np.int32)))
+    with pytest.raises(Exception, match="ferrax_cholesky_update"):
+        jax.block_until_ready(jax.jit(call)(r, w))
+
+
+def test_bits_wrong_key_shape_is_an_error(gpu):
+    keys = jax.device_put(np.ones((4, 3), np.uint32), gpu)
+    call = jax.ffi.ffi_call("ferrax_threefry2x32_bits", jax.ShapeDtypeStruct((4, 10), np.uint32))
+    with pytest.raises(Exception, match="ferrax_threefry2x32_bits"):
+        jax.block_until_ready(jax.jit(call)(keys))
