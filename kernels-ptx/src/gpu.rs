@@ -61,3 +61,41 @@ pub unsafe extern "ptx-kernel" fn ferrax_threefry2x32_bits64(
 ) {
     threefry::threefry2x32_bits_kernel::<u64, 2>(keys, per_key, total, out)
 }
+
+use crate::pivots;
+
+/// `cu_lu_pivots_to_permutation` for many small matrices; see `pivots::launch_config`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn ferrax_lu_pivots_to_permutation(
+    pivots: *const i32,
+    permutation: *mut i32,
+    batch: u64,
+    k: u32,
+    size: u32,
+) {
+    pivots::batched_kernel(pivots, permutation, batch, k, size)
+}
+
+/// `cu_lu_pivots_to_permutation`, one block per matrix.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn ferrax_lu_pivots_to_permutation_large(
+    pivots: *const i32,
+    permutation: *mut i32,
+    batch: u64,
+    k: u32,
+    size: u32,
+) {
+    pivots::large_kernel(pivots, permutation, batch, k, size)
+}
+
+/// `cu_lu_pivots_to_permutation`, one thread per matrix in global memory.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn ferrax_lu_pivots_to_permutation_global(
+    pivots: *const i32,
+    permutation: *mut i32,
+    batch: u64,
+    k: u32,
+    size: u32,
+) {
+    pivots::global_kernel(pivots, permutation, batch, k, size)
+}

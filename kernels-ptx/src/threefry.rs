@@ -267,6 +267,7 @@ pub fn bits_launch_config(bits: u32, total: u64, multiprocessors: u32) -> Launch
 mod tests {
     use super::*;
     use crate::grid::launch;
+    use crate::test_buffer::Buffer;
 
     // Known-answer vectors from the Random123 distribution (kat_vectors, threefry2x32_20).
     #[test]
@@ -309,36 +310,6 @@ mod tests {
     }
 
     extern crate std;
-
-    /// A 16-byte aligned buffer of `len` words starting `offset` words in.
-    struct Buffer<T> {
-        storage: std::vec::Vec<u128>,
-        offset: usize,
-        len: usize,
-        _word: core::marker::PhantomData<T>,
-    }
-
-    impl<T: Copy> Buffer<T> {
-        fn new(values: &[T], offset: usize) -> Self {
-            let bytes = (values.len() + offset) * core::mem::size_of::<T>();
-            let mut buffer = Buffer {
-                storage: std::vec![0; bytes.div_ceil(16)],
-                offset,
-                len: values.len(),
-                _word: core::marker::PhantomData,
-            };
-            buffer.as_mut_slice().copy_from_slice(values);
-            buffer
-        }
-        fn ptr(&mut self) -> usize {
-            // SAFETY: `offset + len` words fit in the storage.
-            unsafe { (self.storage.as_mut_ptr() as *mut T).add(self.offset) as usize }
-        }
-        fn as_mut_slice(&mut self) -> &mut [T] {
-            // SAFETY: as in `ptr`.
-            unsafe { core::slice::from_raw_parts_mut(self.ptr() as *mut T, self.len) }
-        }
-    }
 
     fn random_words(n: usize, mut state: u32) -> std::vec::Vec<u32> {
         (0..n)
