@@ -32,7 +32,7 @@ fn padded(i: u32) -> u32 {
 }
 
 /// Shared-memory words that hold `n` words at [`padded`] slots.
-const fn padded_len(n: u32) -> u32 {
+const fn padded_len(n: u64) -> u64 {
     n + n.div_ceil(32)
 }
 
@@ -115,7 +115,7 @@ pub unsafe fn batched_kernel(
 ) {
     let (t, per_block) = (thread_idx_x(), block_dim_x());
     let piv_s = dynamic_shared::<i32>();
-    let perm_s = piv_s.add(padded_len(per_block * k) as usize);
+    let perm_s = piv_s.add(padded_len(u64::from(per_block * k)) as usize);
     let at = |base: *mut i32, i: u32| base.add(padded(i) as usize);
     let swaps = k.min(size);
     let mut first = u64::from(block_idx_x()) * u64::from(per_block);
@@ -150,8 +150,8 @@ pub unsafe fn batched_kernel(
 
 /// Dynamic shared memory of `ferrax_lu_pivots_to_permutation` with `per_block` threads.
 pub fn batched_shared_bytes(per_block: u32, k: u32, size: u32) -> u64 {
-    let words = |n: u64| n + n.div_ceil(32);
-    4 * (words(u64::from(per_block) * u64::from(k)) + words(u64::from(per_block) * u64::from(size)))
+    let rows = |n: u32| padded_len(u64::from(per_block) * u64::from(n));
+    4 * (rows(k) + rows(size))
 }
 
 /// Body of `ferrax_lu_pivots_to_permutation_large`: one matrix per block (`block_dim` a
