@@ -1,6 +1,7 @@
-//! Thread and block indices, block barriers and dynamic shared memory: the hardware on nvptx,
-//! an emulation on the host (each block's threads are real OS threads meeting at a `Barrier`)
-//! so that kernel bodies are unit-tested on the CPU with the code that runs on the GPU.
+//! Thread and block indices, block and warp barriers, warp matching and dynamic shared memory:
+//! the hardware on nvptx, an emulation on the host (each block's threads are real OS threads
+//! meeting at a `Barrier`) so that kernel bodies are unit-tested on the CPU with the code that
+//! runs on the GPU.
 
 #[cfg(target_arch = "nvptx64")]
 mod imp {
@@ -34,6 +35,26 @@ mod imp {
         // SAFETY: a block-wide barrier; callers keep it in uniform control flow.
         unsafe { nvptx::_syncthreads() }
     }
+    /// `__syncwarp()`: orders the shared-memory accesses of the warp's lanes; all 32 lanes
+    /// must reach it.
+    #[inline(always)]
+    pub fn sync_warp() {
+        // SAFETY: a warp-wide barrier; callers keep it in uniform control flow. Not `nomem`:
+        // it must also keep the compiler from moving memory accesses across it.
+        unsafe { core::arch::asm!("bar.warp.sync 0xffffffff;", options(nostack)) }
+    }
+    /// `__match_any_sync(0xffffffff, value)`: the lanes of the warp holding the same `value`
+    /// as this lane, as a bit mask; all 32 lanes must reach it.
+    #[inline(always)]
+    pub fn match_any(value: u32) -> u32 {
+        let mask: u32;
+        // SAFETY: a warp-wide exchange of registers; callers keep it in uniform control flow.
+        unsafe {
+            core::arch::asm!("match.any.sync.b32 {m}, {v}, 0xffffffff;", m = out(reg32) mask,
+                v = in(reg32) value, options(nostack));
+        }
+        mask
+    }
     /// Start of the block's dynamic shared memory (sized by the launch), as a generic pointer.
     #[inline(always)]
     pub fn dynamic_shared<T>() -> *mut T {
@@ -51,6 +72,7 @@ mod imp {
 mod imp {
     extern crate std;
     use std::cell::Cell;
+    use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Barrier;
     use std::vec::Vec;
 
@@ -61,7 +83,16 @@ mod imp {
         block_dim: u32,
         grid_dim: u32,
         barrier: *const Barrier,
+        warp: *const Warp,
         shared: *mut u8,
+    }
+
+    /// What the lanes of one emulated warp (32 consecutive threads of a block, fewer in a
+    /// last partial warp) meet at and exchange values through.
+    struct Warp {
+        barrier: Barrier,
+        lanes: u32,
+        values: [AtomicU32; 32],
     }
 
     std::thread_local! {
@@ -90,6 +121,23 @@ mod imp {
         // SAFETY: the barrier outlives every thread of the block (scoped threads in `launch`).
         unsafe { (*position().barrier).wait() };
     }
+    pub fn sync_warp() {
+        // SAFETY: the warps outlive every thread of the block (scoped threads in `launch`).
+        unsafe { (*position().warp).barrier.wait() };
+    }
+    pub fn match_any(value: u32) -> u32 {
+        let here = position();
+        // SAFETY: as in `sync_warp`.
+        let warp = unsafe { &*here.warp };
+        warp.values[(here.thread % 32) as usize].store(value, Ordering::Relaxed);
+        warp.barrier.wait();
+        let mask = (0..warp.lanes)
+            .filter(|&lane| warp.values[lane as usize].load(Ordering::Relaxed) == value)
+            .fold(0, |mask, lane| mask | 1 << lane);
+        // No lane may store its next value before every lane has read this one.
+        warp.barrier.wait();
+        mask
+    }
     pub fn dynamic_shared<T>() -> *mut T {
         position().shared.cast()
     }
@@ -109,14 +157,26 @@ mod imp {
     pub fn launch(grid: u32, block: u32, shared_bytes: usize, body: impl Fn() + Sync) {
         for b in 0..grid {
             let barrier = Barrier::new(block as usize);
+            let warps: Vec<Warp> = (0..block.div_ceil(32))
+                .map(|w| {
+                    let lanes = (block - 32 * w).min(32);
+                    Warp {
+                        barrier: Barrier::new(lanes as usize),
+                        lanes,
+                        values: Default::default(),
+                    }
+                })
+                .collect();
             let mut shared: Vec<u128> = std::vec![0; shared_bytes.div_ceil(16)];
-            let (barrier_ptr, shared_ptr) = (
+            let (barrier_ptr, warps_ptr, shared_ptr) = (
                 SendPtr(&barrier as *const Barrier),
+                SendPtr(warps.as_ptr()),
                 SendPtr(shared.as_mut_ptr() as *const u8),
             );
             std::thread::scope(|scope| {
                 for t in 0..block {
-                    let (body, barrier_ptr, shared_ptr) = (&body, &barrier_ptr, &shared_ptr);
+                    let (body, barrier_ptr, warps_ptr, shared_ptr) =
+                        (&body, &barrier_ptr, &warps_ptr, &shared_ptr);
                     std::thread::Builder::new()
                         .stack_size(256 << 10)
                         .spawn_scoped(scope, move || {
@@ -127,6 +187,9 @@ mod imp {
                                     block_dim: block,
                                     grid_dim: grid,
                                     barrier: barrier_ptr.get(),
+                                    // SAFETY: `t / 32` indexes `warps`, which has a warp
+                                    // for every 32 threads.
+                                    warp: unsafe { warps_ptr.get().add((t / 32) as usize) },
                                     shared: shared_ptr.get() as *mut u8,
                                 }))
                             });
@@ -167,6 +230,30 @@ mod tests {
             seen[global_idx_x() as usize].fetch_add(1, Ordering::Relaxed);
         });
         assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1));
+    }
+
+    #[test]
+    fn match_any_groups_lanes_of_a_warp() {
+        // Two warps (the second partial) holding value lane % 3 in their own lanes.
+        let masks: [AtomicU32; 40] = core::array::from_fn(|_| AtomicU32::new(0));
+        launch(1, 40, 0, || {
+            let t = thread_idx_x();
+            masks[t as usize].store(match_any(t % 32 % 3), Ordering::Relaxed);
+            sync_warp();
+        });
+        let want = |lanes: u32, lane: u32| {
+            (0..lanes)
+                .filter(|l| l % 3 == lane % 3)
+                .fold(0u32, |m, l| m | 1 << l)
+        };
+        for (t, m) in masks.iter().enumerate() {
+            let lanes = if t < 32 { 32 } else { 8 };
+            assert_eq!(
+                m.load(Ordering::Relaxed),
+                want(lanes, t as u32 % 32),
+                "thread {t}"
+            );
+        }
     }
 
     #[test]

@@ -16,6 +16,9 @@ pub mod pivots;
 pub mod threefry;
 pub mod tridiagonal;
 
+#[cfg(test)]
+mod test_buffer;
+
 #[cfg(target_arch = "nvptx64")]
 mod gpu;
 

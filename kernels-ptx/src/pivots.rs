@@ -1,5 +1,11 @@
 //! LAPACK-style row swaps (`ipiv`, 0-based) to a permutation, as `lu_pivots_to_permutation`.
 
+use crate::grid::{
+    block_dim_x, block_idx_x, dynamic_shared, global_idx_x, grid_dim_x, grid_size_x, match_any,
+    sync_threads, sync_warp, thread_idx_x,
+};
+use crate::launch::LaunchConfig;
+
 /// Writes into `permutation` the row order produced by applying the swaps `i <-> pivots[i]`
 /// in turn to the identity. Pivots outside `0..permutation.len()` (never produced by a
 /// successful factorization) leave the row in place instead of indexing out of bounds.
@@ -14,6 +20,378 @@ pub fn pivots_to_permutation(pivots: &[i32], permutation: &mut [i32]) {
             if j < size {
                 permutation.swap(i, j);
             }
+        }
+    }
+}
+
+/// Shared-memory slot of word `i` of a block of rows: a pad word after every 32 spreads the
+/// threads' walks along their own rows (stride `k` or `size` words) over the banks.
+#[inline(always)]
+fn padded(i: u32) -> u32 {
+    i + (i >> 5)
+}
+
+/// Shared-memory words that hold `n` words at [`padded`] slots.
+const fn padded_len(n: u64) -> u64 {
+    n + n.div_ceil(32)
+}
+
+/// Reads `count` words of global memory at `src` into `put(index, word)`, the block's threads
+/// striding through them: 16-byte loads, four in flight per thread, where `src` is aligned.
+#[inline(always)]
+unsafe fn stage_in(src: *const i32, count: u32, mut put: impl FnMut(u32, i32)) {
+    let (t, threads) = (thread_idx_x(), block_dim_x());
+    let mut scalar_from = 0;
+    if (src as usize).is_multiple_of(16) {
+        let quads = count / 4;
+        let load = |q: u32| src.cast::<u128>().add(q as usize).read();
+        let mut put4 = |q: u32, v: u128| {
+            for j in 0..4 {
+                put(4 * q + j, (v >> (32 * j)) as i32);
+            }
+        };
+        let mut q = t;
+        while q + 3 * threads < quads {
+            let (a, b) = (load(q), load(q + threads));
+            let (c, d) = (load(q + 2 * threads), load(q + 3 * threads));
+            put4(q, a);
+            put4(q + threads, b);
+            put4(q + 2 * threads, c);
+            put4(q + 3 * threads, d);
+            q += 4 * threads;
+        }
+        while q < quads {
+            put4(q, load(q));
+            q += threads;
+        }
+        scalar_from = 4 * quads;
+    }
+    let mut i = scalar_from + t;
+    while i < count {
+        put(i, *src.add(i as usize));
+        i += threads;
+    }
+}
+
+/// Writes `get(index)` for `count` words to global memory at `dst`, the block's threads
+/// striding through them, with 16-byte stores where `dst` is aligned.
+#[inline(always)]
+unsafe fn stage_out(dst: *mut i32, count: u32, get: impl Fn(u32) -> i32) {
+    let (t, threads) = (thread_idx_x(), block_dim_x());
+    let mut scalar_from = 0;
+    if (dst as usize).is_multiple_of(16) {
+        let quads = count / 4;
+        let mut q = t;
+        while q < quads {
+            let v = (0..4).fold(0u128, |v, j| {
+                v | u128::from(get(4 * q + j) as u32) << (32 * j)
+            });
+            dst.cast::<u128>().add(q as usize).write(v);
+            q += threads;
+        }
+        scalar_from = 4 * quads;
+    }
+    let mut i = scalar_from + t;
+    while i < count {
+        *dst.add(i as usize) = get(i);
+        i += threads;
+    }
+}
+
+/// Body of `ferrax_lu_pivots_to_permutation`, for many small matrices: each block stages the
+/// pivots of `block_dim` consecutive matrices in shared memory (coalesced reads), each thread
+/// permutes one matrix there, and the block writes the permutations back (coalesced writes).
+/// Dynamic shared memory: [`batched_shared_bytes`].
+///
+/// # Safety
+/// `pivots` must hold `batch * k` words and `permutation` `batch * size` writable words.
+#[inline(always)]
+pub unsafe fn batched_kernel(
+    pivots: *const i32,
+    permutation: *mut i32,
+    batch: u64,
+    k: u32,
+    size: u32,
+) {
+    let (t, per_block) = (thread_idx_x(), block_dim_x());
+    let piv_s = dynamic_shared::<i32>();
+    let perm_s = piv_s.add(padded_len(u64::from(per_block * k)) as usize);
+    let at = |base: *mut i32, i: u32| base.add(padded(i) as usize);
+    let swaps = k.min(size);
+    let mut first = u64::from(block_idx_x()) * u64::from(per_block);
+    let step = u64::from(grid_dim_x()) * u64::from(per_block);
+    while first < batch {
+        let rows = (batch - first).min(u64::from(per_block)) as u32;
+        let src = pivots.add((first * u64::from(k)) as usize);
+        stage_in(src, rows * k, |i, p| *at(piv_s, i) = p);
+        sync_threads();
+        if t < rows {
+            let (piv, perm) = (t * k, t * size);
+            for j in 0..size {
+                *at(perm_s, perm + j) = j as i32;
+            }
+            for i in 0..swaps {
+                let p = *at(piv_s, piv + i) as u32;
+                // Negative pivots wrap past `size` too.
+                if p < size {
+                    let (a, b) = (at(perm_s, perm + i), at(perm_s, perm + p));
+                    (*a, *b) = (*b, *a);
+                }
+            }
+        }
+        sync_threads();
+        let dst = permutation.add((first * u64::from(size)) as usize);
+        stage_out(dst, rows * size, |i| *at(perm_s, i));
+        // The next matrices' pivots overwrite the shared memory.
+        sync_threads();
+        first += step;
+    }
+}
+
+/// Dynamic shared memory of `ferrax_lu_pivots_to_permutation` with `per_block` threads.
+pub fn batched_shared_bytes(per_block: u32, k: u32, size: u32) -> u64 {
+    let rows = |n: u32| padded_len(u64::from(per_block) * u64::from(n));
+    4 * (rows(k) + rows(size))
+}
+
+/// Body of `ferrax_lu_pivots_to_permutation_large`: one matrix per block (`block_dim` a
+/// multiple of 32), its pivots and permutation in shared memory ([`large_shared_bytes`]).
+///
+/// When every swap `i <-> p[i]` has `p[i] >= i` (LAPACK's pivots do; out-of-range ones are
+/// no-op swaps `p[i] = i`), position `i` is final after swap `i`, which gives a parallel
+/// form. Let `V(j)` be the value at position `j` just before swap `j` (at the end for
+/// `j >= k`). Position `j` is written before that only by swaps `s < j` with `p[s] = j`, the
+/// last of which, `last(j)`, leaves `V(last(j))` there; so `V(j)` is the root of the chain
+/// `j -> last(j) -> ...`, found by pointer jumping. Swap `i` takes the value at `q = p[i]`,
+/// which is `V(prev(i))` with `prev(i)` the previous swap with `p = q`, or `q` itself if none.
+/// One warp finds `prev` and `last` walking the swaps 32 at a time (`match_any` groups equal
+/// targets within a step). Pivots that point backwards take a sequential walk instead.
+///
+/// # Safety
+/// As [`batched_kernel`].
+#[inline(always)]
+pub unsafe fn large_kernel(
+    pivots: *const i32,
+    permutation: *mut i32,
+    batch: u64,
+    k: u32,
+    size: u32,
+) {
+    let (t, threads) = (thread_idx_x(), block_dim_x());
+    // Words 0..3: `changed` flags of the pointer jumping's rounds (one written, one read, one
+    // reset per round); word 3: some pivot points backwards.
+    let flags = dynamic_shared::<i32>();
+    let backwards = flags.add(3);
+    let swaps = k.min(size);
+    // `piv[i]`: the normalized pivot, then where swap `i`'s value comes from: `!q` for the
+    // literal `q`, else a position whose chain root it is.
+    let piv = flags.add(4);
+    // `tab[j]`: `last(j)` (-1 if none), then the chain root (-1 if `j` is its own).
+    let tab = piv.add(swaps as usize);
+    let root = |j: u32| match *tab.add(j as usize) {
+        r if r < 0 => j as i32,
+        r => r,
+    };
+    if t == 0 {
+        for w in 0..4 {
+            *flags.add(w) = 0;
+        }
+    }
+    sync_threads();
+    let mut m = u64::from(block_idx_x());
+    while m < batch {
+        let src = pivots.add((m * u64::from(k)) as usize);
+        let mut back = false;
+        stage_in(src, swaps, |i, p| {
+            let p = if (p as u32) < size { p } else { i as i32 };
+            *piv.add(i as usize) = p;
+            back |= p < i as i32;
+        });
+        if back {
+            *backwards = 1;
+        }
+        let mut j = t;
+        while j < size {
+            *tab.add(j as usize) = -1;
+            j += threads;
+        }
+        sync_threads();
+        let dst = permutation.add((m * u64::from(size)) as usize);
+        if *backwards != 0 {
+            let mut j = t;
+            while j < size {
+                *tab.add(j as usize) = j as i32;
+                j += threads;
+            }
+            sync_threads();
+            if t == 0 {
+                for i in 0..swaps as usize {
+                    let (a, b) = (tab.add(i), tab.add(*piv.add(i) as usize));
+                    (*a, *b) = (*b, *a);
+                }
+            }
+            sync_threads();
+            stage_out(dst, size, |j| *tab.add(j as usize));
+        } else {
+            if t < 32 {
+                walk_swaps(piv, tab, swaps, t);
+            }
+            sync_threads();
+            let mut round = 0;
+            loop {
+                if t == 0 {
+                    *flags.add((round + 1) % 3) = 0;
+                }
+                let mut changed = false;
+                let mut j = t;
+                while j < size {
+                    let p = *tab.add(j as usize);
+                    if p >= 0 {
+                        let pp = *tab.add(p as usize);
+                        if pp >= 0 {
+                            *tab.add(j as usize) = pp;
+                            changed = true;
+                        }
+                    }
+                    j += threads;
+                }
+                if changed {
+                    *flags.add(round % 3) = 1;
+                }
+                sync_threads();
+                if *flags.add(round % 3) == 0 {
+                    break;
+                }
+                round += 1;
+            }
+            stage_out(dst, size, |i| {
+                if i < swaps {
+                    match *piv.add(i as usize) {
+                        e if e < 0 => !e,
+                        e => root(e as u32),
+                    }
+                } else {
+                    root(i)
+                }
+            });
+        }
+        // Every flag has been read (the one read last is zero): ready for the next matrix.
+        if t == 0 {
+            for w in 0..4 {
+                *flags.add(w) = 0;
+            }
+        }
+        sync_threads();
+        m += u64::from(grid_dim_x());
+    }
+}
+
+/// The walk of [`large_kernel`]'s fast path by the 32 lanes of warp 0: for each swap `i`
+/// (32 per step, `match_any` grouping the step's equal targets), `piv[i]` becomes `!q` or the
+/// position whose root is swap `i`'s value, and `tab[q]` ends as `last(q)`.
+#[inline(always)]
+unsafe fn walk_swaps(piv: *mut i32, tab: *mut i32, swaps: u32, lane: u32) {
+    let mut base = 0;
+    while base < swaps {
+        let i = base + lane;
+        let p = if i < swaps {
+            *piv.add(i as usize)
+        } else {
+            i as i32
+        };
+        let swapped = p != i as i32;
+        // No-op swaps match only themselves (valid targets are below 2^31).
+        let group = match_any(if swapped { p as u32 } else { !lane });
+        let below = group & ((1 << lane) - 1);
+        // Read by every lane before any lane writes, in step with the other lanes.
+        let seen = *tab.add(if swapped { p as usize } else { 0 });
+        sync_warp();
+        if swapped && group >> lane == 1 {
+            *tab.add(p as usize) = i as i32;
+        }
+        sync_warp();
+        if i < swaps {
+            *piv.add(i as usize) = if !swapped {
+                i as i32
+            } else if below != 0 {
+                (base + 31 - below.leading_zeros()) as i32
+            } else if seen >= 0 {
+                seen
+            } else {
+                !p
+            };
+        }
+        base += 32;
+    }
+}
+
+/// Dynamic shared memory of `ferrax_lu_pivots_to_permutation_large`.
+pub fn large_shared_bytes(k: u32, size: u32) -> u64 {
+    4 * (4 + u64::from(k.min(size)) + u64::from(size))
+}
+
+/// Body of `ferrax_lu_pivots_to_permutation_global`, for matrices too large for shared memory:
+/// one thread per matrix, in place in the output.
+///
+/// # Safety
+/// As [`batched_kernel`].
+#[inline(always)]
+pub unsafe fn global_kernel(
+    pivots: *const i32,
+    permutation: *mut i32,
+    batch: u64,
+    k: u32,
+    size: u32,
+) {
+    let mut m = global_idx_x();
+    while m < batch {
+        let src = core::slice::from_raw_parts(pivots.add((m * u64::from(k)) as usize), k as usize);
+        let dst = core::slice::from_raw_parts_mut(
+            permutation.add((m * u64::from(size)) as usize),
+            size as usize,
+        );
+        pivots_to_permutation(src, dst);
+        m += grid_size_x();
+    }
+}
+
+/// Dynamic shared memory a block gets without opting in.
+const SHARED_DEFAULT: u64 = 48 << 10;
+/// Dynamic shared memory a block may opt in to on every GPU from the A100 (sm_80) on: the
+/// host sets `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` for launches above 48 KiB.
+const SHARED_LIMIT: u64 = 160 << 10;
+
+/// The launch of `lu_pivots_to_permutation` for `batch` matrices of `k` pivots and
+/// permutations of length `size`: the batched kernel while 32 matrices fit in 48 KiB of shared
+/// memory, else one block per matrix while it fits in [`SHARED_LIMIT`], else one thread per
+/// matrix in global memory. All three kernels take the same parameters.
+pub fn launch_config(batch: u64, k: u32, size: u32, multiprocessors: u32) -> LaunchConfig {
+    let blocks = |n: u64| n.clamp(1, 32 * u64::from(multiprocessors.max(1))) as u32;
+    for per_block in [128, 64, 32] {
+        let shared = batched_shared_bytes(per_block, k, size);
+        if shared <= SHARED_DEFAULT {
+            return LaunchConfig {
+                kernel: "ferrax_lu_pivots_to_permutation",
+                grid: blocks(batch.div_ceil(u64::from(per_block))),
+                block: per_block,
+                shared_bytes: shared as u32,
+            };
+        }
+    }
+    let shared = large_shared_bytes(k, size);
+    if shared <= SHARED_LIMIT {
+        LaunchConfig {
+            kernel: "ferrax_lu_pivots_to_permutation_large",
+            grid: blocks(batch),
+            block: size.next_multiple_of(32).clamp(32, 1024),
+            shared_bytes: shared as u32,
+        }
+    } else {
+        LaunchConfig {
+            kernel: "ferrax_lu_pivots_to_permutation_global",
+            grid: blocks(batch.div_ceil(128)),
+            block: 128,
+            shared_bytes: 0,
         }
     }
 }
@@ -44,5 +422,177 @@ mod tests {
         let mut perm = [0; 2];
         pivots_to_permutation(&[], &mut perm);
         assert_eq!(perm, [0, 1]);
+    }
+
+    extern crate std;
+    use crate::grid::launch;
+    use crate::test_buffer::Buffer;
+    use std::vec::Vec;
+
+    type Body = unsafe fn(*const i32, *mut i32, u64, u32, u32);
+
+    /// `body` run on `batch` matrices as a `grid` x `block` launch, against the host function.
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        body: Body,
+        shared_bytes: u64,
+        pivots: &[i32],
+        batch: usize,
+        k: usize,
+        size: usize,
+        (grid, block): (u32, u32),
+        offset: usize,
+    ) {
+        let mut want = std::vec![0; batch * size];
+        for m in 0..batch {
+            pivots_to_permutation(&pivots[m * k..][..k], &mut want[m * size..][..size]);
+        }
+        let mut input = Buffer::new(pivots, offset);
+        let mut output = Buffer::new(&std::vec![-7; batch * size], offset);
+        let (src, dst) = (input.ptr(), output.ptr());
+        launch(grid, block, shared_bytes as usize, || unsafe {
+            body(src as _, dst as _, batch as u64, k as u32, size as u32)
+        });
+        assert_eq!(
+            output.as_mut_slice(),
+            &want[..],
+            "batch {batch}, k {k}, size {size}, launch {grid}x{block}, offset {offset}"
+        );
+    }
+
+    struct Random(u64);
+    impl Random {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 33) % n as u64) as usize
+        }
+    }
+
+    /// Pivots of every kind the kernels tell apart, one row per matrix.
+    fn pivot_rows(batch: usize, k: usize, size: usize, kind: usize, rng: &mut Random) -> Vec<i32> {
+        let mut rows = Vec::with_capacity(batch * k);
+        for _ in 0..batch {
+            let mut targets: Vec<usize> = Vec::new();
+            for i in 0..k {
+                let forward = |rng: &mut Random| i + rng.below(size.max(i + 1) - i);
+                let p = match kind {
+                    // LAPACK-like: no-op swaps, fresh targets and repeated ones.
+                    0 => match rng.below(4) {
+                        0 => i,
+                        1 => match targets.iter().rev().find(|&&q| q >= i) {
+                            Some(&q) => q,
+                            None => forward(rng),
+                        },
+                        _ => forward(rng),
+                    },
+                    // One long chain: every row moves one down.
+                    1 => i + 1,
+                    // Every swap with the last row.
+                    2 => size - 1,
+                    // Out-of-range pivots among forward ones.
+                    3 => match rng.below(3) {
+                        0 => [usize::MAX, size, size + 5][rng.below(3)],
+                        _ => forward(rng),
+                    },
+                    // Arbitrary, backwards too.
+                    _ => rng.below(size + 2),
+                };
+                targets.push(p);
+                rows.push(p as i32);
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn batched_kernel_matches_host() {
+        let mut rng = Random(1);
+        for (k, size) in [(5, 5), (32, 32), (7, 9), (33, 40), (0, 3), (6, 4), (1, 1)] {
+            for kind in 0..5 {
+                if kind == 1 && size <= k || kind == 2 && size == 0 {
+                    continue;
+                }
+                let batch = 70;
+                let pivots = pivot_rows(batch, k, size, kind, &mut rng);
+                for (shape, offset) in [((2, 32), 0), ((1, 64), 1), ((3, 32), 0)] {
+                    let shared = batched_shared_bytes(shape.1, k as u32, size as u32);
+                    check(
+                        batched_kernel,
+                        shared,
+                        &pivots,
+                        batch,
+                        k,
+                        size,
+                        shape,
+                        offset,
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn large_kernel_matches_host() {
+        let mut rng = Random(2);
+        for (k, size) in [
+            (100, 100),
+            (64, 64),
+            (70, 130),
+            (1, 1),
+            (0, 5),
+            (50, 40),
+            (31, 33),
+        ] {
+            for kind in 0..5 {
+                if kind == 1 && size <= k || kind == 2 && size == 0 {
+                    continue;
+                }
+                let batch = 3;
+                let pivots = pivot_rows(batch, k, size, kind, &mut rng);
+                for (shape, offset) in [((2, 32), 0), ((1, 64), 1), ((3, 96), 0)] {
+                    let shared = large_shared_bytes(k as u32, size as u32);
+                    check(large_kernel, shared, &pivots, batch, k, size, shape, offset);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn global_kernel_matches_host() {
+        let mut rng = Random(3);
+        let (batch, k, size) = (9, 20, 25);
+        for kind in 0..5 {
+            let pivots = pivot_rows(batch, k, size, kind, &mut rng);
+            check(global_kernel, 0, &pivots, batch, k, size, (2, 3), 0);
+        }
+    }
+
+    #[test]
+    fn launch_shapes() {
+        let many = launch_config(1 << 20, 32, 32, 132);
+        assert_eq!(
+            (many.kernel, many.block, many.shared_bytes),
+            ("ferrax_lu_pivots_to_permutation", 128, 33792)
+        );
+        assert_eq!(many.grid, 132 * 32);
+        let one = launch_config(1, 16384, 16384, 132);
+        assert_eq!(
+            (one.kernel, one.grid, one.block, one.shared_bytes),
+            ("ferrax_lu_pivots_to_permutation_large", 1, 1024, 131088)
+        );
+        let mid = launch_config(5, 300, 300, 132);
+        assert_eq!(
+            (mid.kernel, mid.grid, mid.block),
+            ("ferrax_lu_pivots_to_permutation_large", 5, 320)
+        );
+        let huge = launch_config(2, 30000, 30000, 132);
+        assert_eq!(
+            (huge.kernel, huge.grid),
+            ("ferrax_lu_pivots_to_permutation_global", 1)
+        );
+        assert_eq!(launch_config(0, 4, 4, 132).grid, 1);
     }
 }
