@@ -99,3 +99,77 @@ pub unsafe extern "ptx-kernel" fn ferrax_lu_pivots_to_permutation_global(
 ) {
     pivots::global_kernel(pivots, permutation, batch, k, size)
 }
+
+/// Batched small LU (`crate::small`): one entry per element type and kernel shape, all with
+/// the parameters `(a, ipiv, info, m, n, batch)`; `small::getrf_launch` picks one.
+macro_rules! small_getrf {
+    ($t:ty: $($name:ident = $body:path),*) => {$(
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            a: *mut $t, ipiv: *mut i32, info: *mut i32, m: u32, n: u32, batch: u64,
+        ) {
+            $body(a, ipiv, info, m, n, batch)
+        }
+    )*};
+}
+
+/// Batched small Cholesky: `(a, info, n, batch, lower)`; `small::potrf_launch` picks one.
+macro_rules! small_potrf {
+    ($t:ty: $($name:ident = $body:path),*) => {$(
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            a: *mut $t, info: *mut i32, n: u32, batch: u64, lower: u32,
+        ) {
+            $body(a, info, n, batch, lower)
+        }
+    )*};
+}
+
+mod small_entries {
+    use crate::small::{getrf_block, getrf_rows, potrf_block, potrf_rows};
+    use num_complex::Complex;
+    type C64 = Complex<f32>;
+    type C128 = Complex<f64>;
+
+    small_getrf!(f32: ferrax_getrf_small_f32_w4 = getrf_rows::<f32, 4>,
+        ferrax_getrf_small_f32_w8 = getrf_rows::<f32, 8>,
+        ferrax_getrf_small_f32_w16 = getrf_rows::<f32, 16>,
+        ferrax_getrf_small_f32_w32 = getrf_rows::<f32, 32>,
+        ferrax_getrf_small_f32_block = getrf_block::<f32>);
+    small_getrf!(f64: ferrax_getrf_small_f64_w4 = getrf_rows::<f64, 4>,
+        ferrax_getrf_small_f64_w8 = getrf_rows::<f64, 8>,
+        ferrax_getrf_small_f64_w16 = getrf_rows::<f64, 16>,
+        ferrax_getrf_small_f64_w32 = getrf_rows::<f64, 32>,
+        ferrax_getrf_small_f64_block = getrf_block::<f64>);
+    small_getrf!(C64: ferrax_getrf_small_c64_w4 = getrf_rows::<C64, 4>,
+        ferrax_getrf_small_c64_w8 = getrf_rows::<C64, 8>,
+        ferrax_getrf_small_c64_w16 = getrf_rows::<C64, 16>,
+        ferrax_getrf_small_c64_w32 = getrf_rows::<C64, 32>,
+        ferrax_getrf_small_c64_block = getrf_block::<C64>);
+    small_getrf!(C128: ferrax_getrf_small_c128_w4 = getrf_rows::<C128, 4>,
+        ferrax_getrf_small_c128_w8 = getrf_rows::<C128, 8>,
+        ferrax_getrf_small_c128_w16 = getrf_rows::<C128, 16>,
+        ferrax_getrf_small_c128_w32 = getrf_rows::<C128, 32>,
+        ferrax_getrf_small_c128_block = getrf_block::<C128>);
+
+    small_potrf!(f32: ferrax_potrf_small_f32_w4 = potrf_rows::<f32, 4>,
+        ferrax_potrf_small_f32_w8 = potrf_rows::<f32, 8>,
+        ferrax_potrf_small_f32_w16 = potrf_rows::<f32, 16>,
+        ferrax_potrf_small_f32_w32 = potrf_rows::<f32, 32>,
+        ferrax_potrf_small_f32_block = potrf_block::<f32>);
+    small_potrf!(f64: ferrax_potrf_small_f64_w4 = potrf_rows::<f64, 4>,
+        ferrax_potrf_small_f64_w8 = potrf_rows::<f64, 8>,
+        ferrax_potrf_small_f64_w16 = potrf_rows::<f64, 16>,
+        ferrax_potrf_small_f64_w32 = potrf_rows::<f64, 32>,
+        ferrax_potrf_small_f64_block = potrf_block::<f64>);
+    small_potrf!(C64: ferrax_potrf_small_c64_w4 = potrf_rows::<C64, 4>,
+        ferrax_potrf_small_c64_w8 = potrf_rows::<C64, 8>,
+        ferrax_potrf_small_c64_w16 = potrf_rows::<C64, 16>,
+        ferrax_potrf_small_c64_w32 = potrf_rows::<C64, 32>,
+        ferrax_potrf_small_c64_block = potrf_block::<C64>);
+    small_potrf!(C128: ferrax_potrf_small_c128_w4 = potrf_rows::<C128, 4>,
+        ferrax_potrf_small_c128_w8 = potrf_rows::<C128, 8>,
+        ferrax_potrf_small_c128_w16 = potrf_rows::<C128, 16>,
+        ferrax_potrf_small_c128_w32 = potrf_rows::<C128, 32>,
+        ferrax_potrf_small_c128_block = potrf_block::<C128>);
+}

@@ -13,6 +13,7 @@
 pub mod grid;
 pub mod launch;
 pub mod pivots;
+pub mod small;
 pub mod threefry;
 pub mod tridiagonal;
 

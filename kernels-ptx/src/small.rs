@@ -1,0 +1,965 @@
+//! Batched small-matrix LU (`getrf`, partial pivoting) and Cholesky (`potrf`) in LAPACK's output
+//! format, in place: matrices column-major (element `(i, j)` of matrix `b` at
+//! `a[b·m·n + j·m + i]`), the batch contiguous.
+//!
+//! Two kernel shapes:
+//! * **rows** (`max(m, n) ≤ 32`): a group of `W` lanes (`W` = 4, 8, 16 or 32, inside one warp)
+//!   per matrix, lane `i` holding row `i` in registers (`[T; W]`, indexed only by unrolled
+//!   constants). Pivot search, pivot-row and column broadcasts are warp shuffles. Row swaps are
+//!   not data movement: each lane tracks the position its row currently holds, and the row is
+//!   stored at its final position. The block's matrices are staged through shared memory so
+//!   that global loads and stores are contiguous.
+//! * **block** (`max(m, n) ≤ 64`): one block per matrix, the matrix in shared memory.
+//!
+//! Both follow LAPACK's unblocked algorithms operation for operation (`xGETF2`: pivot = first
+//! max of `|re| + |im|`, scale by the reciprocal unless the pivot is below the safe minimum,
+//! zero pivots recorded in `info` and skipped, the rank-1 update skipping zero multipliers as
+//! `xGER` does; `xPOTF2`: right-looking, with `info` the first non-positive or NaN diagonal), so
+//! results equal a sequential reference bit for bit (the tests check this).
+
+use crate::grid::{
+    block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, sync_threads, thread_idx_x,
+};
+use crate::launch::{LaunchConfig, ScalarKind};
+use core::ops::{Add, Div, Mul, Neg, Sub};
+use num_complex::Complex;
+
+/// Runs `$body` once for each `$i` in `0..$w` (`$w ≤ 32`), `$i` a literal in each copy: the
+/// rows' register arrays must only see constant indices, and LLVM does not fully unroll the
+/// nested loops by itself (the arrays then land in local memory). No `break` in `$body`.
+macro_rules! unrolled {
+    ($i:ident in 0..$w:expr, $body:block) => {
+        unrolled!(@ $i, $w, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23
+            24 25 26 27 28 29 30 31)
+    };
+    (@ $i:ident, $w:expr, $body:block, $($n:literal)*) => {
+        $(if $n < $w {
+            let $i: usize = $n;
+            $body
+        })*
+    };
+}
+
+/// Real parts: f32, f64.
+pub trait Real:
+    Copy
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + Shfl
+{
+    const ZERO: Self;
+    const ONE: Self;
+    const INFINITY: Self;
+    const NEG_INFINITY: Self;
+    /// LAPACK's `xLAMCH('S')`: the smallest normal number.
+    const SAFE_MIN: Self;
+    /// An exact power of two that lifts values below `SAFE_MIN` far enough that their squares
+    /// are normal numbers.
+    const UNDERFLOW_LIFT: Self;
+    fn abs(self) -> Self;
+    fn is_nan(self) -> bool;
+    fn sqrt(self) -> Self;
+}
+
+/// The four element types.
+pub trait Scalar:
+    Copy + PartialEq + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Shfl
+{
+    type Real: Real;
+    const ZERO: Self;
+    const ONE: Self;
+    /// `|re| + |im|`, the magnitude BLAS `IxAMAX` compares (`|x|` for reals).
+    fn abs1(self) -> Self::Real;
+    /// `|self| >= r` with `|·|` the modulus (Fortran's `ABS`).
+    fn modulus_at_least(self, r: Self::Real) -> bool;
+    fn re(self) -> Self::Real;
+    fn from_real(r: Self::Real) -> Self;
+    fn conj(self) -> Self;
+    /// Each part times `r` (`xDSCAL`'s product).
+    fn scale(self, r: Self::Real) -> Self;
+    /// `self / d`; for complex numbers Smith's algorithm as gfortran expands it.
+    fn quotient(self, d: Self) -> Self;
+}
+
+macro_rules! real {
+    ($t:ident, $lift:expr, $sqrt:path) => {
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const INFINITY: Self = $t::INFINITY;
+            const NEG_INFINITY: Self = $t::NEG_INFINITY;
+            const SAFE_MIN: Self = $t::MIN_POSITIVE;
+            const UNDERFLOW_LIFT: Self = $lift;
+            #[inline(always)]
+            fn abs(self) -> Self {
+                $t::abs(self)
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                $t::is_nan(self)
+            }
+            #[inline(always)]
+            fn sqrt(self) -> Self {
+                // Both are IEEE correctly rounded (sqrt.rn on the GPU), so host and GPU agree.
+                #[cfg(target_arch = "nvptx64")]
+                {
+                    $sqrt(self)
+                }
+                #[cfg(not(target_arch = "nvptx64"))]
+                {
+                    real!(@host $t, self)
+                }
+            }
+        }
+
+        impl Scalar for $t {
+            type Real = $t;
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            #[inline(always)]
+            fn abs1(self) -> $t {
+                $t::abs(self)
+            }
+            #[inline(always)]
+            fn modulus_at_least(self, r: $t) -> bool {
+                $t::abs(self) >= r
+            }
+            #[inline(always)]
+            fn re(self) -> $t {
+                self
+            }
+            #[inline(always)]
+            fn from_real(r: $t) -> Self {
+                r
+            }
+            #[inline(always)]
+            fn conj(self) -> Self {
+                self
+            }
+            #[inline(always)]
+            fn scale(self, r: $t) -> Self {
+                self * r
+            }
+            #[inline(always)]
+            fn quotient(self, d: Self) -> Self {
+                self / d
+            }
+        }
+
+        impl Scalar for Complex<$t> {
+            type Real = $t;
+            const ZERO: Self = Complex::new(0.0, 0.0);
+            const ONE: Self = Complex::new(1.0, 0.0);
+            #[inline(always)]
+            fn abs1(self) -> $t {
+                $t::abs(self.re) + $t::abs(self.im)
+            }
+            #[inline(always)]
+            fn modulus_at_least(self, r: $t) -> bool {
+                let (x, y) = ($t::abs(self.re), $t::abs(self.im));
+                let big = if x < y { y } else { x };
+                if big >= r || big.is_nan() {
+                    // |z| >= max(|re|, |im|); NaN compares false as Fortran's ABS(NaN) >= r.
+                    return big >= r;
+                }
+                // Both parts tiny: lift them exactly so that the squares do not underflow.
+                let (x, y, r) = (x * $lift, y * $lift, r * $lift);
+                Real::sqrt(x * x + y * y) >= r
+            }
+            #[inline(always)]
+            fn re(self) -> $t {
+                self.re
+            }
+            #[inline(always)]
+            fn from_real(r: $t) -> Self {
+                Complex::new(r, 0.0)
+            }
+            #[inline(always)]
+            fn conj(self) -> Self {
+                Complex::new(self.re, -self.im)
+            }
+            #[inline(always)]
+            fn scale(self, r: $t) -> Self {
+                Complex::new(self.re * r, self.im * r)
+            }
+            #[inline(always)]
+            fn quotient(self, rhs: Self) -> Self {
+                let (a, b, c, d) = (self.re, self.im, rhs.re, rhs.im);
+                if $t::abs(c) < $t::abs(d) {
+                    let ratio = c / d;
+                    let denom = c * ratio + d;
+                    Complex::new((a * ratio + b) / denom, (b * ratio - a) / denom)
+                } else {
+                    let ratio = d / c;
+                    let denom = d * ratio + c;
+                    Complex::new((b * ratio + a) / denom, (b - a * ratio) / denom)
+                }
+            }
+        }
+    };
+    (@host f32, $x:expr) => {
+        libm::sqrtf($x)
+    };
+    (@host f64, $x:expr) => {
+        libm::sqrt($x)
+    };
+}
+real!(
+    f32,
+    18446744073709551616.0, /* 2^64 */
+    core::f32::math::sqrt
+);
+real!(
+    f64,
+    4.149515568880993e180, /* 2^600 */
+    core::f64::math::sqrt
+);
+
+/// Values that move between the lanes of a group: a warp shuffle on the GPU; on the host (which
+/// runs a block's threads as OS threads) a round trip through a per-thread slot of scratch
+/// shared memory between two block barriers.
+pub trait Shfl: Copy {
+    #[cfg(target_arch = "nvptx64")]
+    fn shfl_gpu(self, src: u32) -> Self;
+}
+
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn shfl_u32(v: u32, src: u32) -> u32 {
+    let r: u32;
+    // SAFETY: every lane of the warp executes this (the kernels keep shuffles out of
+    // data-dependent branches). Not `pure`, so LLVM neither sinks it into a branch nor drops it.
+    unsafe {
+        core::arch::asm!("shfl.sync.idx.b32 {r}, {v}, {s}, 31, -1;", r = out(reg32) r,
+            v = in(reg32) v, s = in(reg32) src & 31, options(nomem, nostack));
+    }
+    r
+}
+
+impl Shfl for u32 {
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn shfl_gpu(self, src: u32) -> Self {
+        shfl_u32(self, src)
+    }
+}
+impl Shfl for f32 {
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn shfl_gpu(self, src: u32) -> Self {
+        f32::from_bits(shfl_u32(self.to_bits(), src))
+    }
+}
+impl Shfl for f64 {
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn shfl_gpu(self, src: u32) -> Self {
+        let bits = self.to_bits();
+        let lo = shfl_u32(bits as u32, src) as u64;
+        let hi = shfl_u32((bits >> 32) as u32, src) as u64;
+        f64::from_bits(hi << 32 | lo)
+    }
+}
+impl<T: Shfl> Shfl for Complex<T> {
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn shfl_gpu(self, src: u32) -> Self {
+        Complex::new(self.re.shfl_gpu(src), self.im.shfl_gpu(src))
+    }
+}
+
+/// Bytes of host-only exchange scratch per thread (the largest scalar); see [`Shfl`].
+pub const HOST_EXCHANGE_BYTES_PER_THREAD: usize = 16;
+
+/// The value `v` of thread `src` (an index in the block, in the caller's own warp). Every
+/// thread of the warp (on the host: of the block) must call it at the same point.
+#[inline(always)]
+unsafe fn shfl<T: Shfl>(v: T, src: u32, _exchange: *mut u8) -> T {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        v.shfl_gpu(src)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let slots = _exchange.cast::<T>();
+        slots.add(thread_idx_x() as usize).write(v);
+        sync_threads();
+        let r = slots.add(src as usize).read();
+        sync_threads();
+        r
+    }
+}
+
+/// Copies `total` elements (whole column-major matrices of `m` rows, back to back) from
+/// global to shared memory, padding every column to `m + 1` elements so that lanes reading a
+/// row and lanes reading a column both hit distinct banks. Consecutive threads read
+/// consecutive elements (coalesced).
+#[inline(always)]
+unsafe fn stage_in<T: Copy>(global: *const T, shared: *mut T, total: u32, m: u32) {
+    stage::<T, true>(global as *mut T, shared, total, m)
+}
+
+/// The reverse of [`stage_in`].
+#[inline(always)]
+unsafe fn stage_out<T: Copy>(global: *mut T, shared: *const T, total: u32, m: u32) {
+    stage::<T, false>(global, shared as *mut T, total, m)
+}
+
+#[inline(always)]
+unsafe fn stage<T: Copy, const IN: bool>(global: *mut T, shared: *mut T, total: u32, m: u32) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    if t >= total {
+        return;
+    }
+    // Element e sits in (global) column e / m, row e % m, so at e + e / m once padded; the
+    // quotient advances incrementally instead of dividing per element.
+    let (step_col, step_row) = (nb / m, nb % m);
+    let (mut e, mut col, mut row) = (t, t / m, t % m);
+    while e < total {
+        let (g, s) = (global.add(e as usize), shared.add((e + col) as usize));
+        if IN {
+            *s = *g;
+        } else {
+            *g = *s;
+        }
+        e += nb;
+        col += step_col;
+        row += step_row;
+        if row >= m {
+            row -= m;
+            col += 1;
+        }
+    }
+}
+
+/// Shared bytes of `matrices` padded `m×n` matrices, rounded up to 16.
+const fn staged_bytes(matrices: u32, m: u32, n: u32, size: usize) -> usize {
+    (matrices as usize * n as usize * (m as usize + 1) * size).div_ceil(16) * 16
+}
+
+/// The pivot key of LAPACK's `IxAMAX` made order-independent: `IxAMAX` returns the first index
+/// whose magnitude beats every earlier one, so a NaN is chosen only as the first candidate
+/// (nothing beats it) and is skipped elsewhere. Mapping the first candidate's NaN to +inf
+/// (ties go to the smaller position) and any other NaN to -1 (below every magnitude) gives
+/// the same pivot from a maximum taken in any order.
+#[inline(always)]
+fn pivot_key<R: Real>(magnitude: R, first: bool) -> R {
+    if !magnitude.is_nan() {
+        magnitude
+    } else if first {
+        R::INFINITY
+    } else {
+        R::ZERO - R::ONE
+    }
+}
+
+/// Maximum of `key` over the `W` lanes of a group, ties to the smallest `pos`; returns the
+/// winner's `(pos, lane)` to every lane. Keys are never NaN, so the result does not depend on
+/// the order of the butterfly.
+#[inline(always)]
+unsafe fn group_argmax<R: Real, const W: usize>(
+    key: R,
+    pos: u32,
+    lane: u32,
+    ex: *mut u8,
+) -> (u32, u32) {
+    let t = thread_idx_x();
+    let (mut key, mut tag) = (key, pos << 8 | lane);
+    let mut offset = W as u32 / 2;
+    while offset > 0 {
+        let other_key = shfl(key, t ^ offset, ex);
+        let other_tag = shfl(tag, t ^ offset, ex);
+        if other_key > key || (other_key == key && other_tag < tag) {
+            key = other_key;
+            tag = other_tag;
+        }
+        offset /= 2;
+    }
+    (tag >> 8, tag & 0xff)
+}
+
+/// LU of the `m×n` matrices (`max(m, n) ≤ W`), `W` lanes per matrix, lane = row.
+///
+/// # Safety
+/// `a` holds `batch·m·n` elements, `ipiv` `batch·min(m, n)`, `info` `batch`; the launch is
+/// [`getrf_launch`]'s (`block_dim` a multiple of `W`, the shared memory it sizes).
+pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
+    a: *mut T,
+    ipiv: *mut i32,
+    info: *mut i32,
+    m: u32,
+    n: u32,
+    batch: u64,
+) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    let groups = nb / W as u32;
+    let (g, lane) = (t / W as u32, t % W as u32);
+    let lead = t - lane;
+    let first = block_idx_x() as u64 * groups as u64;
+    if first >= batch {
+        return; // the whole block: no barrier is left waiting
+    }
+    let count = (batch - first).min(groups as u64) as u32;
+    let (mn, ld, kmin) = (m * n, m + 1, m.min(n));
+    let shared = dynamic_shared::<T>();
+    let ex = shared
+        .cast::<u8>()
+        .add(staged_bytes(groups, m, n, core::mem::size_of::<T>()));
+    stage_in(a.add((first * mn as u64) as usize), shared, count * mn, m);
+    sync_threads();
+
+    // Groups past the batch's end still run (their shuffles pair with live groups' in the
+    // warp) on zeros, and store nothing.
+    let live = g < count && lane < m;
+    let mine = shared.add((g * n * ld + lane) as usize);
+    let mut row = [T::ZERO; W];
+    unrolled!(k in 0..W, {
+        if live && (k as u32) < n {
+            row[k] = *mine.add(k * ld as usize);
+        }
+    });
+
+    let (mut pos, mut first_zero, mut pivot) = (lane, 0u32, 0u32);
+    unrolled!(j in 0..W, {
+        let j32 = j as u32;
+        if j32 < kmin {
+            let candidate = lane < m && pos >= j32;
+            let key = if candidate {
+                pivot_key(row[j].abs1(), pos == j32)
+            } else {
+                <T::Real as Real>::NEG_INFINITY
+            };
+            let (p_pos, p_lane) = group_argmax::<T::Real, W>(key, pos, lane, ex);
+            if lane == j32 {
+                pivot = p_pos + 1;
+            }
+            let pv = shfl(row[j], lead + p_lane, ex);
+            let nonzero = pv != T::ZERO;
+            if !nonzero && first_zero == 0 {
+                first_zero = j32 + 1;
+            }
+            // The swap of positions j and p_pos (a no-op for a zero pivot: then p_pos == j).
+            pos = if lane == p_lane {
+                j32
+            } else if pos == j32 {
+                p_pos
+            } else {
+                pos
+            };
+            let below = lane < m && pos > j32;
+            if nonzero && below {
+                row[j] = if pv.modulus_at_least(<T::Real as Real>::SAFE_MIN) {
+                    row[j] * T::ONE.quotient(pv)
+                } else {
+                    row[j].quotient(pv)
+                };
+            }
+            let l = row[j];
+            unrolled!(k in 0..W, {
+                if k > j && (k as u32) < n {
+                    let u = shfl(row[k], lead + p_lane, ex);
+                    // xGER skips a zero entry of the pivot row (keeps -0 and avoids 0·inf).
+                    if below && u != T::ZERO {
+                        row[k] = row[k] - l * u;
+                    }
+                }
+            });
+        }
+    });
+
+    // Each row goes to the position it ended in.
+    if live {
+        let out = shared.add((g * n * ld + pos) as usize);
+        unrolled!(k in 0..W, {
+            if (k as u32) < n {
+                *out.add(k * ld as usize) = row[k];
+            }
+        });
+    }
+    if g < count {
+        let b = first + g as u64;
+        if lane < kmin {
+            *ipiv.add((b * kmin as u64 + lane as u64) as usize) = pivot as i32;
+        }
+        if lane == 0 {
+            *info.add(b as usize) = first_zero as i32;
+        }
+    }
+    sync_threads();
+    stage_out(a.add((first * mn as u64) as usize), shared, count * mn, m);
+}
+
+/// Cholesky of the `n×n` matrices (`n ≤ W`), `W` lanes per matrix, lane `i` holding row `i`
+/// of `L` (for `lower == 0`, column `i` of `U = Lᴴ`, conjugated).
+///
+/// # Safety
+/// `a` holds `batch·n·n` elements, `info` `batch`; the launch is [`potrf_launch`]'s.
+pub unsafe fn potrf_rows<T: Scalar, const W: usize>(
+    a: *mut T,
+    info: *mut i32,
+    n: u32,
+    batch: u64,
+    lower: u32,
+) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    let groups = nb / W as u32;
+    let (g, lane) = (t / W as u32, t % W as u32);
+    let lead = t - lane;
+    let first = block_idx_x() as u64 * groups as u64;
+    if first >= batch {
+        return;
+    }
+    let count = (batch - first).min(groups as u64) as u32;
+    let (nn, ld, lower) = (n * n, n + 1, lower != 0);
+    let shared = dynamic_shared::<T>();
+    let ex = shared
+        .cast::<u8>()
+        .add(staged_bytes(groups, n, n, core::mem::size_of::<T>()));
+    stage_in(a.add((first * nn as u64) as usize), shared, count * nn, n);
+    sync_threads();
+
+    // L(lane, k) is at (lane, k) for lower, conj of (k, lane) for upper (the diagonal as is,
+    // so that its imaginary part and zero signs round-trip untouched).
+    let base = shared.add((g * n * ld) as usize);
+    let at = |k: usize| -> *mut T {
+        if lower {
+            base.add(k * ld as usize + lane as usize)
+        } else {
+            base.add(lane as usize * ld as usize + k)
+        }
+    };
+    let live = g < count && lane < n;
+    let mut row = [T::ZERO; W];
+    unrolled!(k in 0..W, {
+        if live && (k as u32) <= lane {
+            let v = *at(k);
+            row[k] = if lower || k as u32 == lane { v } else { v.conj() };
+        }
+    });
+
+    let mut failed_at = 0u32;
+    unrolled!(j in 0..W, {
+        let j32 = j as u32;
+        if j32 < n {
+            let d = shfl(row[j], lead + j32, ex).re();
+            // Uniform over the group, so no shuffle below sits in a divergent branch.
+            let ok = failed_at == 0 && d > <T::Real as Real>::ZERO;
+            if failed_at == 0 && !ok {
+                failed_at = j32 + 1;
+                if lane == j32 {
+                    row[j] = T::from_real(d); // xPOTF2 leaves the failed pivot in place
+                }
+            }
+            let s = d.sqrt();
+            let r = <T::Real as Real>::ONE / s;
+            if ok {
+                if lane == j32 {
+                    row[j] = T::from_real(s);
+                } else if lane > j32 {
+                    row[j] = row[j].scale(r);
+                }
+            }
+            let l = row[j];
+            unrolled!(k in 0..W, {
+                if k > j && (k as u32) < n {
+                    let lk = shfl(row[j], lead + k as u32, ex);
+                    if ok && lane >= k as u32 && lane < n {
+                        row[k] = row[k] - l * lk.conj();
+                    }
+                }
+            });
+        }
+    });
+
+    // Only the factor's triangle is written; the other one stays as loaded.
+    if live {
+        unrolled!(k in 0..W, {
+            if (k as u32) <= lane {
+                let x = row[k];
+                *at(k) = if lower || k as u32 == lane { x } else { x.conj() };
+            }
+        });
+    }
+    if g < count && lane == 0 {
+        *info.add((first + g as u64) as usize) = failed_at as i32;
+    }
+    sync_threads();
+    stage_out(a.add((first * nn as u64) as usize), shared, count * nn, n);
+}
+
+/// Threads of the block kernels: a multiple of 32 at least `max(m, n)`, a power of two.
+pub const BLOCK_THREADS: u32 = 64;
+
+/// Shared layout of the block kernels: the padded matrix, then per-thread keys and tags.
+fn block_layout(m: u32, n: u32, size: usize, real: usize, threads: u32) -> (usize, usize, usize) {
+    let keys = staged_bytes(1, m, n, size);
+    let tags = keys + (threads as usize * real).div_ceil(16) * 16;
+    (keys, tags, tags + threads as usize * 4)
+}
+
+/// LU of one `m×n` matrix per block (`max(m, n) ≤ block_dim`), the matrix in shared memory.
+///
+/// # Safety
+/// As [`getrf_rows`], with [`getrf_launch`]'s block launch (`block_dim` a power of two ≥ 32
+/// and ≥ `m`).
+pub unsafe fn getrf_block<T: Scalar>(
+    a: *mut T,
+    ipiv: *mut i32,
+    info: *mut i32,
+    m: u32,
+    n: u32,
+    batch: u64,
+) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    let (mn, ld, kmin) = (m * n, m as usize + 1, m.min(n));
+    let shared = dynamic_shared::<T>();
+    let (keys_at, tags_at, _) = block_layout(
+        m,
+        n,
+        core::mem::size_of::<T>(),
+        core::mem::size_of::<T::Real>(),
+        nb,
+    );
+    let keys = shared.cast::<u8>().add(keys_at).cast::<T::Real>();
+    let tags = shared.cast::<u8>().add(tags_at).cast::<u32>();
+    let at = |i: u32, k: u32| shared.add(k as usize * ld + i as usize);
+    // The update's thread layout: 32 consecutive rows per warp (conflict-free), warps over columns.
+    let (ti, tk, col_step) = (t % 32, t / 32, nb / 32);
+
+    let mut b = block_idx_x() as u64;
+    while b < batch {
+        let global = a.add((b * mn as u64) as usize);
+        stage_in(global, shared, mn, m);
+        sync_threads();
+        let mut first_zero = 0u32;
+        for j in 0..kmin {
+            let key = if t >= j && t < m {
+                pivot_key((*at(t, j)).abs1(), t == j)
+            } else {
+                <T::Real as Real>::NEG_INFINITY
+            };
+            *keys.add(t as usize) = key;
+            *tags.add(t as usize) = t;
+            sync_threads();
+            let mut half = nb / 2;
+            while half > 0 {
+                if t < half {
+                    let (k0, k1) = (*keys.add(t as usize), *keys.add((t + half) as usize));
+                    let (t0, t1) = (*tags.add(t as usize), *tags.add((t + half) as usize));
+                    if k1 > k0 || (k1 == k0 && t1 < t0) {
+                        *keys.add(t as usize) = k1;
+                        *tags.add(t as usize) = t1;
+                    }
+                }
+                sync_threads();
+                half /= 2;
+            }
+            let p = *tags;
+            let pv = *at(p, j);
+            let nonzero = pv != T::ZERO;
+            if !nonzero && first_zero == 0 {
+                first_zero = j + 1;
+            }
+            if t == 0 {
+                *ipiv.add((b * kmin as u64 + j as u64) as usize) = p as i32 + 1;
+            }
+            sync_threads(); // everyone has read p and the pivot before rows move
+            if nonzero && p != j {
+                let mut k = t;
+                while k < n {
+                    // Not ptr::swap: for 16-byte elements that goes through a stack slot.
+                    let (x, y) = (*at(j, k), *at(p, k));
+                    *at(j, k) = y;
+                    *at(p, k) = x;
+                    k += nb;
+                }
+            }
+            sync_threads();
+            let i = j + 1 + t;
+            if nonzero && i < m {
+                let x = at(i, j);
+                *x = if pv.modulus_at_least(<T::Real as Real>::SAFE_MIN) {
+                    *x * T::ONE.quotient(pv)
+                } else {
+                    (*x).quotient(pv)
+                };
+            }
+            sync_threads();
+            let mut k = j + 1 + tk;
+            while k < n {
+                let u = *at(j, k);
+                if u != T::ZERO {
+                    let mut i = j + 1 + ti;
+                    while i < m {
+                        *at(i, k) = *at(i, k) - *at(i, j) * u;
+                        i += 32;
+                    }
+                }
+                k += col_step;
+            }
+            sync_threads();
+        }
+        if t == 0 {
+            *info.add(b as usize) = first_zero as i32;
+        }
+        stage_out(global, shared, mn, m);
+        sync_threads(); // before the next matrix overwrites shared memory
+        b += grid_dim_x() as u64;
+    }
+}
+
+/// Cholesky of one `n×n` matrix per block (`n ≤ block_dim`), the matrix in shared memory.
+///
+/// # Safety
+/// As [`potrf_rows`], with [`potrf_launch`]'s block launch.
+pub unsafe fn potrf_block<T: Scalar>(a: *mut T, info: *mut i32, n: u32, batch: u64, lower: u32) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    let (nn, ld, lower) = (n * n, n as usize + 1, lower != 0);
+    let shared = dynamic_shared::<T>();
+    // Element (i, k) of L: (i, k) itself, or conj of (k, i) for upper off the diagonal.
+    let at = |i: u32, k: u32| {
+        if lower {
+            shared.add(k as usize * ld + i as usize)
+        } else {
+            shared.add(i as usize * ld + k as usize)
+        }
+    };
+    let get = |i: u32, k: u32| {
+        let v = *at(i, k);
+        if lower || i == k {
+            v
+        } else {
+            v.conj()
+        }
+    };
+    let set = |i: u32, k: u32, v: T| *at(i, k) = if lower || i == k { v } else { v.conj() };
+    let (ti, tk, col_step) = (t % 32, t / 32, nb / 32);
+
+    let mut b = block_idx_x() as u64;
+    while b < batch {
+        let global = a.add((b * nn as u64) as usize);
+        stage_in(global, shared, nn, n);
+        sync_threads();
+        let mut failed_at = 0u32;
+        for j in 0..n {
+            let d = (*at(j, j)).re();
+            sync_threads(); // everyone has read d before it is overwritten
+            let positive = d > <T::Real as Real>::ZERO; // false for NaN too
+            if !positive {
+                // Uniform: every thread read the same d.
+                failed_at = j + 1;
+                if t == 0 {
+                    *at(j, j) = T::from_real(d);
+                }
+                break;
+            }
+            let s = d.sqrt();
+            let r = <T::Real as Real>::ONE / s;
+            if t == 0 {
+                *at(j, j) = T::from_real(s);
+            }
+            let i = j + 1 + t;
+            if i < n {
+                set(i, j, get(i, j).scale(r));
+            }
+            sync_threads();
+            let mut k = j + 1 + tk;
+            while k < n {
+                let lk = get(k, j).conj();
+                let mut i = k + ti;
+                while i < n {
+                    set(i, k, get(i, k) - get(i, j) * lk);
+                    i += 32;
+                }
+                k += col_step;
+            }
+            sync_threads();
+        }
+        if t == 0 {
+            *info.add(b as usize) = failed_at as i32;
+        }
+        sync_threads();
+        stage_out(global, shared, nn, n);
+        sync_threads();
+        b += grid_dim_x() as u64;
+    }
+}
+
+/// Which kernel shape serves a matrix of at most `size` rows and columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// [`getrf_rows`] / [`potrf_rows`] with `W` lanes per matrix.
+    Rows(u32),
+    /// [`getrf_block`] / [`potrf_block`].
+    Block,
+}
+
+impl Variant {
+    pub const fn for_size(size: u32) -> Option<Variant> {
+        Some(match size {
+            0..=4 => Variant::Rows(4),
+            5..=8 => Variant::Rows(8),
+            9..=16 => Variant::Rows(16),
+            17..=32 => Variant::Rows(32),
+            33..=64 => Variant::Block,
+            _ => return None,
+        })
+    }
+
+    /// The suffix of the entry point's name.
+    pub const fn suffix(self) -> &'static str {
+        match self {
+            Variant::Rows(4) => "w4",
+            Variant::Rows(8) => "w8",
+            Variant::Rows(16) => "w16",
+            Variant::Rows(32) => "w32",
+            _ => "block",
+        }
+    }
+}
+
+/// Dynamic shared memory a launch may use without the opt-in attribute.
+pub const MAX_SHARED_BYTES: usize = 48 << 10;
+
+/// `(variant, grid, block, shared bytes)` for `(m, n, batch)` with `threads` per block (`None`:
+/// the default; tests use small blocks). The host emulation needs
+/// [`HOST_EXCHANGE_BYTES_PER_THREAD`] more shared bytes per thread.
+pub fn plan(
+    kind: ScalarKind,
+    m: u32,
+    n: u32,
+    batch: u64,
+    threads: Option<u32>,
+) -> Option<(Variant, u32, u32, usize)> {
+    let variant = Variant::for_size(m.max(n))?;
+    let size = kind.bytes();
+    let real = match kind {
+        ScalarKind::F32 | ScalarKind::C64 => 4,
+        _ => 8,
+    };
+    let (threads, matrices_per_block, shared) = match variant {
+        Variant::Rows(w) => {
+            // 128 threads, fewer while the staged matrices exceed the default shared memory
+            // limit (c128 at 32×32: 64 threads, two matrices).
+            let mut threads = threads.unwrap_or(128);
+            while threads > 32 && staged_bytes(threads / w, m, n, size) > MAX_SHARED_BYTES {
+                threads /= 2;
+            }
+            (threads, threads / w, staged_bytes(threads / w, m, n, size))
+        }
+        Variant::Block => {
+            let threads = threads.unwrap_or(BLOCK_THREADS);
+            (threads, 1, block_layout(m, n, size, real, threads).2)
+        }
+    };
+    if shared > MAX_SHARED_BYTES {
+        return None;
+    }
+    let blocks = batch.div_ceil(matrices_per_block as u64);
+    // The block kernels loop over the batch, so their grid can be capped.
+    let grid = match variant {
+        Variant::Rows(_) => u32::try_from(blocks)
+            .ok()
+            .filter(|&g| g <= i32::MAX as u32)?,
+        Variant::Block => blocks.min(1 << 20) as u32,
+    };
+    Some((variant, grid, threads, shared))
+}
+
+const fn kind_name(kind: ScalarKind) -> &'static str {
+    match kind {
+        ScalarKind::F32 => "f32",
+        ScalarKind::F64 => "f64",
+        ScalarKind::C64 => "c64",
+        ScalarKind::C128 => "c128",
+    }
+}
+
+macro_rules! names {
+    ($op:literal) => {
+        [
+            [
+                concat!("ferrax_", $op, "_small_f32_w4"),
+                concat!("ferrax_", $op, "_small_f32_w8"),
+                concat!("ferrax_", $op, "_small_f32_w16"),
+                concat!("ferrax_", $op, "_small_f32_w32"),
+                concat!("ferrax_", $op, "_small_f32_block"),
+            ],
+            [
+                concat!("ferrax_", $op, "_small_f64_w4"),
+                concat!("ferrax_", $op, "_small_f64_w8"),
+                concat!("ferrax_", $op, "_small_f64_w16"),
+                concat!("ferrax_", $op, "_small_f64_w32"),
+                concat!("ferrax_", $op, "_small_f64_block"),
+            ],
+            [
+                concat!("ferrax_", $op, "_small_c64_w4"),
+                concat!("ferrax_", $op, "_small_c64_w8"),
+                concat!("ferrax_", $op, "_small_c64_w16"),
+                concat!("ferrax_", $op, "_small_c64_w32"),
+                concat!("ferrax_", $op, "_small_c64_block"),
+            ],
+            [
+                concat!("ferrax_", $op, "_small_c128_w4"),
+                concat!("ferrax_", $op, "_small_c128_w8"),
+                concat!("ferrax_", $op, "_small_c128_w16"),
+                concat!("ferrax_", $op, "_small_c128_w32"),
+                concat!("ferrax_", $op, "_small_c128_block"),
+            ],
+        ]
+    };
+}
+const GETRF_NAMES: [[&str; 5]; 4] = names!("getrf");
+const POTRF_NAMES: [[&str; 5]; 4] = names!("potrf");
+
+fn name(table: &[[&'static str; 5]; 4], kind: ScalarKind, variant: Variant) -> &'static str {
+    let row = match kind {
+        ScalarKind::F32 => 0,
+        ScalarKind::F64 => 1,
+        ScalarKind::C64 => 2,
+        ScalarKind::C128 => 3,
+    };
+    let col = match variant {
+        Variant::Rows(4) => 0,
+        Variant::Rows(8) => 1,
+        Variant::Rows(16) => 2,
+        Variant::Rows(_) => 3,
+        Variant::Block => 4,
+    };
+    debug_assert!(table[row][col].contains(kind_name(kind)));
+    debug_assert!(table[row][col].ends_with(variant.suffix()));
+    table[row][col]
+}
+
+/// The launch of `ferrax_getrf_small_<dtype>_<variant>(a: *mut T, ipiv: *mut i32,
+/// info: *mut i32, m: u32, n: u32, batch: u64)` (every variant takes these parameters), or
+/// `None` when `max(m, n) > 64` or the matrix does not fit in 48 KiB of shared memory (c128
+/// above about 55×55): use cuSOLVER. `grid == 0` (batch 0) means there is nothing to launch.
+pub fn getrf_launch(kind: ScalarKind, m: u32, n: u32, batch: u64) -> Option<LaunchConfig> {
+    let (variant, grid, block, shared) = plan(kind, m, n, batch, None)?;
+    Some(LaunchConfig {
+        kernel: name(&GETRF_NAMES, kind, variant),
+        grid,
+        block,
+        shared_bytes: shared as u32,
+    })
+}
+
+/// The launch of `ferrax_potrf_small_<dtype>_<variant>(a: *mut T, info: *mut i32, n: u32,
+/// batch: u64, lower: u32)`, or `None` as for [`getrf_launch`].
+pub fn potrf_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig> {
+    let (variant, grid, block, shared) = plan(kind, n, n, batch, None)?;
+    Some(LaunchConfig {
+        kernel: name(&POTRF_NAMES, kind, variant),
+        grid,
+        block,
+        shared_bytes: shared as u32,
+    })
+}
+
+#[cfg(all(test, not(target_arch = "nvptx64")))]
+mod tests;

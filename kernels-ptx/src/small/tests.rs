@@ -1,0 +1,567 @@
+extern crate std;
+
+use super::*;
+use crate::grid;
+use std::vec;
+use std::vec::Vec;
+
+/// Element types under test: their kind, random values and an exact comparison.
+trait TestScalar: Scalar + core::fmt::Debug + Send + Sync {
+    const KIND: ScalarKind;
+    const EPS: f64;
+    fn from_parts(re: f64, im: f64) -> Self;
+    fn c128(self) -> Complex<f64>;
+    fn bits(self) -> (u64, u64);
+    /// Same bits, or NaN in the same parts (NaN payloads are not compared).
+    fn same(self, other: Self) -> bool {
+        let (x, y) = (self.c128(), other.c128());
+        let part = |a: f64, b: f64, ab: u64, bb: u64| (a.is_nan() && b.is_nan()) || ab == bb;
+        let (sb, ob) = (self.bits(), other.bits());
+        part(x.re, y.re, sb.0, ob.0) && part(x.im, y.im, sb.1, ob.1)
+    }
+}
+
+impl TestScalar for f32 {
+    const KIND: ScalarKind = ScalarKind::F32;
+    const EPS: f64 = f32::EPSILON as f64;
+    fn from_parts(re: f64, _: f64) -> Self {
+        re as f32
+    }
+    fn c128(self) -> Complex<f64> {
+        Complex::new(self as f64, 0.0)
+    }
+    fn bits(self) -> (u64, u64) {
+        (self.to_bits() as u64, 0)
+    }
+}
+impl TestScalar for f64 {
+    const KIND: ScalarKind = ScalarKind::F64;
+    const EPS: f64 = f64::EPSILON;
+    fn from_parts(re: f64, _: f64) -> Self {
+        re
+    }
+    fn c128(self) -> Complex<f64> {
+        Complex::new(self, 0.0)
+    }
+    fn bits(self) -> (u64, u64) {
+        (self.to_bits(), 0)
+    }
+}
+impl TestScalar for Complex<f32> {
+    const KIND: ScalarKind = ScalarKind::C64;
+    const EPS: f64 = f32::EPSILON as f64;
+    fn from_parts(re: f64, im: f64) -> Self {
+        Complex::new(re as f32, im as f32)
+    }
+    fn c128(self) -> Complex<f64> {
+        Complex::new(self.re as f64, self.im as f64)
+    }
+    fn bits(self) -> (u64, u64) {
+        (self.re.to_bits() as u64, self.im.to_bits() as u64)
+    }
+}
+impl TestScalar for Complex<f64> {
+    const KIND: ScalarKind = ScalarKind::C128;
+    const EPS: f64 = f64::EPSILON;
+    fn from_parts(re: f64, im: f64) -> Self {
+        Complex::new(re, im)
+    }
+    fn c128(self) -> Complex<f64> {
+        self
+    }
+    fn bits(self) -> (u64, u64) {
+        (self.re.to_bits(), self.im.to_bits())
+    }
+}
+
+/// xorshift64 values in ±[0.05, 1), never zero.
+struct Rng(u64);
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        let x = 0.05 + 0.95 * ((self.0 >> 11) as f64 / (1u64 << 53) as f64);
+        if self.0 & 1 == 0 {
+            x
+        } else {
+            -x
+        }
+    }
+    fn value<T: TestScalar>(&mut self) -> T {
+        T::from_parts(self.unit(), self.unit())
+    }
+    fn matrices<T: TestScalar>(&mut self, len: usize) -> Vec<T> {
+        (0..len).map(|_| self.value()).collect()
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Ptr<T>(*mut T);
+unsafe impl<T> Send for Ptr<T> {}
+unsafe impl<T> Sync for Ptr<T> {}
+
+/// Runs the kernel the plan picks (with `threads` per block) on the emulated grid.
+fn run_getrf<T: TestScalar>(
+    a: &mut [T],
+    m: u32,
+    n: u32,
+    batch: u64,
+    threads: u32,
+) -> (Vec<i32>, Vec<i32>) {
+    let (variant, grid_dim, block, shared) = plan(T::KIND, m, n, batch, Some(threads)).unwrap();
+    let mut ipiv = vec![-7; batch as usize * m.min(n) as usize];
+    let mut info = vec![-7; batch as usize];
+    let (pa, pp, pi) = (
+        Ptr(a.as_mut_ptr()),
+        Ptr(ipiv.as_mut_ptr()),
+        Ptr(info.as_mut_ptr()),
+    );
+    let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
+    grid::launch(grid_dim, block, scratch, move || unsafe {
+        let (a, ipiv, info) = (pa, pp, pi);
+        match variant {
+            Variant::Rows(4) => getrf_rows::<T, 4>(a.0, ipiv.0, info.0, m, n, batch),
+            Variant::Rows(8) => getrf_rows::<T, 8>(a.0, ipiv.0, info.0, m, n, batch),
+            Variant::Rows(16) => getrf_rows::<T, 16>(a.0, ipiv.0, info.0, m, n, batch),
+            Variant::Rows(32) => getrf_rows::<T, 32>(a.0, ipiv.0, info.0, m, n, batch),
+            Variant::Rows(_) => unreachable!(),
+            Variant::Block => getrf_block::<T>(a.0, ipiv.0, info.0, m, n, batch),
+        }
+    });
+    (ipiv, info)
+}
+
+fn run_potrf<T: TestScalar>(
+    a: &mut [T],
+    n: u32,
+    batch: u64,
+    lower: bool,
+    threads: u32,
+) -> Vec<i32> {
+    let (variant, grid_dim, block, shared) = plan(T::KIND, n, n, batch, Some(threads)).unwrap();
+    let mut info = vec![-7; batch as usize];
+    let (pa, pi) = (Ptr(a.as_mut_ptr()), Ptr(info.as_mut_ptr()));
+    let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
+    let lower = lower as u32;
+    grid::launch(grid_dim, block, scratch, move || unsafe {
+        let (a, info) = (pa, pi);
+        match variant {
+            Variant::Rows(4) => potrf_rows::<T, 4>(a.0, info.0, n, batch, lower),
+            Variant::Rows(8) => potrf_rows::<T, 8>(a.0, info.0, n, batch, lower),
+            Variant::Rows(16) => potrf_rows::<T, 16>(a.0, info.0, n, batch, lower),
+            Variant::Rows(32) => potrf_rows::<T, 32>(a.0, info.0, n, batch, lower),
+            Variant::Rows(_) => unreachable!(),
+            Variant::Block => potrf_block::<T>(a.0, info.0, n, batch, lower),
+        }
+    });
+    info
+}
+
+/// LAPACK's xGETF2, sequentially: returns (ipiv, info).
+fn reference_getrf<T: Scalar>(a: &mut [T], m: usize, n: usize) -> (Vec<i32>, i32) {
+    let at = |i: usize, j: usize| j * m + i;
+    let (mut ipiv, mut info) = (Vec::new(), 0);
+    for j in 0..m.min(n) {
+        let (mut jp, mut dmax) = (j, a[at(j, j)].abs1());
+        for i in j + 1..m {
+            if a[at(i, j)].abs1() > dmax {
+                (jp, dmax) = (i, a[at(i, j)].abs1());
+            }
+        }
+        ipiv.push(jp as i32 + 1);
+        let pv = a[at(jp, j)];
+        if pv != T::ZERO {
+            for k in 0..n {
+                a.swap(at(j, k), at(jp, k));
+            }
+            if pv.modulus_at_least(<T::Real as Real>::SAFE_MIN) {
+                let r = T::ONE.quotient(pv);
+                for i in j + 1..m {
+                    a[at(i, j)] = a[at(i, j)] * r;
+                }
+            } else {
+                for i in j + 1..m {
+                    a[at(i, j)] = a[at(i, j)].quotient(pv);
+                }
+            }
+        } else if info == 0 {
+            info = j as i32 + 1;
+        }
+        for k in j + 1..n {
+            let u = a[at(j, k)];
+            if u != T::ZERO {
+                for i in j + 1..m {
+                    a[at(i, k)] = a[at(i, k)] - a[at(i, j)] * u;
+                }
+            }
+        }
+    }
+    (ipiv, info)
+}
+
+/// Right-looking Cholesky in the kernels' operation order; returns info.
+fn reference_potrf<T: Scalar>(a: &mut [T], n: usize, lower: bool) -> i32 {
+    let at = |i: usize, k: usize| if lower { k * n + i } else { i * n + k };
+    let get = |a: &[T], i: usize, k: usize| {
+        let v = a[at(i, k)];
+        if lower || i == k {
+            v
+        } else {
+            v.conj()
+        }
+    };
+    let set = |a: &mut [T], i: usize, k: usize, v: T| {
+        a[at(i, k)] = if lower || i == k { v } else { v.conj() }
+    };
+    for j in 0..n {
+        let d = a[at(j, j)].re();
+        let positive = d > <T::Real as Real>::ZERO;
+        if !positive {
+            a[at(j, j)] = T::from_real(d);
+            return j as i32 + 1;
+        }
+        let s = d.sqrt();
+        let r = <T::Real as Real>::ONE / s;
+        a[at(j, j)] = T::from_real(s);
+        for i in j + 1..n {
+            let v = get(a, i, j).scale(r);
+            set(a, i, j, v);
+        }
+        for k in j + 1..n {
+            let lk = get(a, k, j).conj();
+            for i in k..n {
+                let v = get(a, i, k) - get(a, i, j) * lk;
+                set(a, i, k, v);
+            }
+        }
+    }
+    0
+}
+
+fn assert_same<T: TestScalar>(got: &[T], want: &[T], what: &str) {
+    for (e, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g.same(*w), "{what}: element {e}: {g:?} != {w:?}");
+    }
+}
+
+/// Checks P·A = L·U for one matrix (column-major, ipiv 1-based).
+fn check_lu<T: TestScalar>(a: &[T], lu: &[T], ipiv: &[i32], m: usize, n: usize) {
+    let mut pa: Vec<Complex<f64>> = a.iter().map(|x| x.c128()).collect();
+    for (j, &p) in ipiv.iter().enumerate() {
+        for k in 0..n {
+            pa.swap(k * m + j, k * m + p as usize - 1);
+        }
+    }
+    let scale = a.iter().map(|x| x.c128().l1_norm()).fold(0.0, f64::max);
+    for i in 0..m {
+        for k in 0..n {
+            let mut s = Complex::new(0.0, 0.0);
+            for t in 0..=i.min(k).min(m.min(n) - 1) {
+                let l = if t == i {
+                    Complex::new(1.0, 0.0)
+                } else {
+                    lu[t * m + i].c128()
+                };
+                s += l * lu[k * m + t].c128();
+            }
+            let err = (s - pa[k * m + i]).l1_norm();
+            assert!(
+                err <= 50.0 * T::EPS * scale * n as f64,
+                "P·A != L·U at ({i},{k}): {err}"
+            );
+        }
+    }
+}
+
+fn getrf_case<T: TestScalar>(m: u32, n: u32, batch: u64, threads: u32, seed: u64) {
+    let (mu, nu) = (m as usize, n as usize);
+    let input = Rng(seed).matrices::<T>(batch as usize * mu * nu);
+    let mut got = input.clone();
+    let (ipiv, info) = run_getrf(&mut got, m, n, batch, threads);
+    let k = mu.min(nu);
+    for b in 0..batch as usize {
+        let r = b * mu * nu..(b + 1) * mu * nu;
+        let mut want = input[r.clone()].to_vec();
+        let (want_ipiv, want_info) = reference_getrf(&mut want, mu, nu);
+        let what = std::format!("{:?} {m}x{n} matrix {b}", T::KIND);
+        assert_same(&got[r.clone()], &want, &what);
+        assert_eq!(&ipiv[b * k..(b + 1) * k], &want_ipiv[..], "{what}: ipiv");
+        assert_eq!(info[b], want_info, "{what}: info");
+        assert_eq!(info[b], 0, "{what}: random matrices are regular");
+        check_lu(&input[r.clone()], &got[r], &want_ipiv, mu, nu);
+    }
+}
+
+fn getrf_all_sizes<T: TestScalar>() {
+    // Every variant, square and rectangular, with partly filled blocks.
+    for (i, &(m, n, batch, threads)) in [
+        (1, 1, 3, 32),
+        (2, 3, 5, 32),
+        (4, 4, 9, 32),
+        (5, 5, 6, 32),
+        (7, 3, 5, 64),
+        (3, 7, 4, 32),
+        (8, 8, 5, 32),
+        (12, 12, 3, 32),
+        (16, 16, 5, 64),
+        (20, 13, 2, 32),
+        (13, 20, 1, 32),
+        (32, 32, 3, 64),
+        (33, 33, 2, 64),
+        (64, 64, 1, 64),
+        (45, 17, 2, 64),
+        (17, 45, 1, 64),
+    ]
+    .iter()
+    .enumerate()
+    {
+        if plan(T::KIND, m, n, batch, Some(threads)).is_some() {
+            getrf_case::<T>(m, n, batch, threads, 0x9e37_79b9_7f4a_7c15 + i as u64);
+        }
+    }
+}
+
+#[test]
+fn getrf_f32() {
+    getrf_all_sizes::<f32>();
+}
+#[test]
+fn getrf_f64() {
+    getrf_all_sizes::<f64>();
+}
+#[test]
+fn getrf_c64() {
+    getrf_all_sizes::<Complex<f32>>();
+}
+#[test]
+fn getrf_c128() {
+    getrf_all_sizes::<Complex<f64>>();
+}
+
+/// Singular and NaN inputs: identical to xGETF2 (info, pivots, no extra NaN), and no hang.
+fn getrf_special<T: TestScalar>() {
+    for &(m, n, threads) in &[(6u32, 6u32, 32u32), (24, 24, 32), (40, 40, 64)] {
+        let (mu, nu) = (m as usize, n as usize);
+        let mut rng = Rng(7 + m as u64);
+        // Matrix 0: column 2 zero; matrix 1: columns 0 and 3 zero (info = first);
+        // matrix 2: a NaN inside; matrix 3: NaN as the first pivot candidate;
+        // matrix 4: two equal columns (an exact zero pivot need not appear, info may be 0).
+        let mut input = rng.matrices::<T>(5 * mu * nu);
+        let at = |b: usize, i: usize, j: usize| b * mu * nu + j * mu + i;
+        for i in 0..mu {
+            input[at(0, i, 2)] = T::ZERO;
+            input[at(1, i, 0)] = T::ZERO;
+            input[at(1, i, 3)] = T::ZERO;
+            input[at(4, i, 4)] = input[at(4, i, 1)];
+        }
+        input[at(2, 3, 1)] = T::from_parts(f64::NAN, 0.0);
+        input[at(3, 0, 0)] = T::from_parts(f64::NAN, f64::NAN);
+        let mut got = input.clone();
+        let (ipiv, info) = run_getrf(&mut got, m, n, 5, threads);
+        for b in 0..5 {
+            let r = b * mu * nu..(b + 1) * mu * nu;
+            let mut want = input[r.clone()].to_vec();
+            let (want_ipiv, want_info) = reference_getrf(&mut want, mu, nu);
+            let what = std::format!("{:?} {m}x{n} special {b}", T::KIND);
+            assert_same(&got[r.clone()], &want, &what);
+            assert_eq!(&ipiv[b * mu..(b + 1) * mu], &want_ipiv[..], "{what}: ipiv");
+            assert_eq!(info[b], want_info, "{what}: info");
+        }
+        assert_eq!(info[0], 3);
+        assert_eq!(info[1], 1);
+        for x in &got[..2 * mu * nu] {
+            let c = x.c128();
+            assert!(
+                c.re.is_finite() && c.im.is_finite(),
+                "singular input made {c}"
+            );
+        }
+        check_lu(&input[..mu * nu], &got[..mu * nu], &ipiv[..mu], mu, nu);
+    }
+}
+
+#[test]
+fn getrf_special_f32() {
+    getrf_special::<f32>();
+}
+#[test]
+fn getrf_special_f64() {
+    getrf_special::<f64>();
+}
+#[test]
+fn getrf_special_c64() {
+    getrf_special::<Complex<f32>>();
+}
+#[test]
+fn getrf_special_c128() {
+    getrf_special::<Complex<f64>>();
+}
+
+/// Hermitian positive definite matrices B·Bᴴ + n·I, the unused triangle filled with markers.
+fn spd<T: TestScalar>(rng: &mut Rng, n: usize, batch: usize) -> Vec<T> {
+    let mut out = Vec::new();
+    for _ in 0..batch {
+        let b: Vec<Complex<f64>> = (0..n * n).map(|_| rng.value::<T>().c128()).collect();
+        for j in 0..n {
+            for i in 0..n {
+                let mut s = Complex::new(if i == j { n as f64 } else { 0.0 }, 0.0);
+                for k in 0..n {
+                    s += b[k * n + i] * b[k * n + j].conj();
+                }
+                if i == j {
+                    s.im = 0.0;
+                }
+                out.push(T::from_parts(s.re, s.im));
+            }
+        }
+    }
+    out
+}
+
+/// Overwrites the triangle the factorization must not read or write with markers.
+fn mark_other_triangle<T: TestScalar>(a: &mut [T], n: usize, lower: bool) {
+    for (e, x) in a.iter_mut().enumerate() {
+        let (i, j) = (e % n, (e / n) % n);
+        if (lower && i < j) || (!lower && i > j) {
+            *x = T::from_parts(1000.0 + e as f64, -(e as f64));
+        }
+    }
+}
+
+fn check_cholesky<T: TestScalar>(a: &[T], f: &[T], n: usize, lower: bool) {
+    // L(i, k) from the factor's triangle; then L·Lᴴ against A's triangle.
+    let l = |i: usize, k: usize| {
+        if k > i {
+            Complex::new(0.0, 0.0)
+        } else if lower {
+            f[k * n + i].c128()
+        } else {
+            f[i * n + k].c128().conj()
+        }
+    };
+    let scale = a.iter().map(|x| x.c128().l1_norm()).fold(0.0, f64::max);
+    for i in 0..n {
+        for j in 0..=i {
+            let mut s = Complex::new(0.0, 0.0);
+            for k in 0..=j {
+                s += l(i, k) * l(j, k).conj();
+            }
+            let want = if lower {
+                a[j * n + i].c128()
+            } else {
+                a[i * n + j].c128().conj()
+            };
+            let err = (s - want).l1_norm();
+            assert!(
+                err <= 50.0 * T::EPS * scale * n as f64,
+                "L·Lᴴ != A at ({i},{j}): {err}"
+            );
+        }
+    }
+}
+
+fn potrf_all<T: TestScalar>() {
+    for (c, &(n, batch, threads)) in [
+        (1u32, 3u64, 32u32),
+        (3, 9, 32),
+        (4, 2, 32),
+        (6, 7, 32),
+        (8, 4, 64),
+        (13, 3, 32),
+        (16, 2, 32),
+        (25, 3, 64),
+        (32, 2, 32),
+        (40, 2, 64),
+        (64, 1, 64),
+    ]
+    .iter()
+    .enumerate()
+    {
+        if plan(T::KIND, n, n, batch, Some(threads)).is_none() {
+            continue;
+        }
+        let nu = n as usize;
+        for lower in [true, false] {
+            let mut rng = Rng(0x2545_f491_4f6c_dd1d + c as u64);
+            let mut input = spd::<T>(&mut rng, nu, batch as usize);
+            mark_other_triangle(&mut input, nu, lower);
+            // The last matrix fails at column n/2 (a very negative diagonal entry), or is
+            // NaN there for odd batches.
+            let bad = (batch as usize - 1) * nu * nu + (nu / 2) * (nu + 1);
+            if batch > 1 {
+                input[bad] = T::from_parts(if batch % 2 == 1 { f64::NAN } else { -1e3 }, 0.0);
+            }
+            let mut got = input.clone();
+            let info = run_potrf(&mut got, n, batch, lower, threads);
+            for (b, &info) in info.iter().enumerate() {
+                let r = b * nu * nu..(b + 1) * nu * nu;
+                let mut want = input[r.clone()].to_vec();
+                let want_info = reference_potrf(&mut want, nu, lower);
+                let what = std::format!("{:?} n={n} lower={lower} matrix {b}", T::KIND);
+                // Bitwise equal, the other triangle (markers) included.
+                assert_same(&got[r.clone()], &want, &what);
+                assert_eq!(info, want_info, "{what}: info");
+                if batch > 1 && b == batch as usize - 1 {
+                    assert_eq!(info, nu as i32 / 2 + 1, "{what}: info");
+                } else {
+                    assert_eq!(info, 0, "{what}: info");
+                    check_cholesky(&input[r.clone()], &got[r], nu, lower);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn potrf_f32() {
+    potrf_all::<f32>();
+}
+#[test]
+fn potrf_f64() {
+    potrf_all::<f64>();
+}
+#[test]
+fn potrf_c64() {
+    potrf_all::<Complex<f32>>();
+}
+#[test]
+fn potrf_c128() {
+    potrf_all::<Complex<f64>>();
+}
+
+#[test]
+fn plans() {
+    let lu = getrf_launch(ScalarKind::F32, 32, 32, 16384).unwrap();
+    assert_eq!(lu.kernel, "ferrax_getrf_small_f32_w32");
+    assert_eq!((lu.grid, lu.block), (4096, 128));
+    let chol = potrf_launch(ScalarKind::C128, 32, 3).unwrap();
+    assert_eq!(
+        (chol.kernel, chol.grid, chol.block),
+        ("ferrax_potrf_small_c128_w32", 2, 64)
+    );
+    assert!(chol.shared_bytes as usize <= MAX_SHARED_BYTES);
+    assert_eq!(
+        getrf_launch(ScalarKind::F64, 3, 40, 5).unwrap().kernel,
+        "ferrax_getrf_small_f64_block"
+    );
+    assert_eq!(
+        potrf_launch(ScalarKind::C64, 1, 0).unwrap().grid,
+        0,
+        "batch 0: nothing to launch"
+    );
+    assert!(getrf_launch(ScalarKind::F32, 65, 8, 1).is_none());
+    assert!(
+        potrf_launch(ScalarKind::C128, 64, 1).is_none(),
+        "64 KiB of shared memory"
+    );
+    assert!(potrf_launch(ScalarKind::F64, 64, 1).is_some());
+}
+
+#[test]
+fn empty_matrices_report_success() {
+    let mut a: Vec<f64> = Vec::new();
+    let (ipiv, info) = run_getrf(&mut a, 0, 3, 2, 32);
+    assert!(ipiv.is_empty());
+    assert_eq!(info, [0, 0]);
+}
