@@ -25,6 +25,10 @@
 //! memory, batched small matrices); `large` hands panels to warps in ticket order from a
 //! global counter, so a warp only ever waits on panels that running warps own (no
 //! co-residency assumption), with coefficients and flags in the scratch buffer.
+//!
+//! Measured on an H200 (kernel only): batched `small` reaches 40-79% of the 4.13 TB/s copy
+//! bandwidth (f64 n=128 x 16384: 0.78 ms, 68%); `large` at n=4096 f64 takes 1.2 ms (jaxlib:
+//! 20.7 ms), bound by ~9 us per 32-row hop of the panel chain, not by bandwidth.
 
 use crate::grid;
 use crate::launch::{LaunchConfig, ScalarKind};
@@ -265,6 +269,11 @@ mod warp {
         }
         #[inline(always)]
         pub fn spin_pause() {}
+        /// Starts pulling the line holding `p` into L2 (no register is tied up).
+        #[inline(always)]
+        pub unsafe fn prefetch<T>(p: *const T) {
+            asm!("prefetch.L2 [{p}];", p = in(reg64) p, options(nostack, readonly));
+        }
         /// `x`, hidden from LLVM (and not `pure`, so never hoisted out of a loop): a loop bounded
         /// by it is not unrolled, and addresses derived from it are recomputed per chunk.
         /// Otherwise every chunk's loads and row offsets are hoisted and registers run out.
@@ -322,6 +331,7 @@ mod warp {
         pub fn opaque(x: usize) -> usize {
             x
         }
+        pub unsafe fn prefetch<T>(_p: *const T) {}
     }
 
     pub use imp::*;
@@ -413,6 +423,10 @@ unsafe fn apply_block<T: Elem>(
 
 /// How a panel waits for earlier panels' coefficients and publishes its own.
 trait Exchange {
+    /// Whether to pull the next row block into L2 before waiting. Measured on an H200: it
+    /// shortens `large`'s flag-to-flag hops a little (n = 4096: f64 -5%, c128 -13%) but
+    /// slows the batched `small` kernel by 10-20%, whose latency other warps already hide.
+    const PREFETCH: bool;
     /// Returns once panel `block`'s coefficients are readable.
     unsafe fn wait(&self, block: usize);
     /// Makes this warp's coefficient writes for panel `q` readable (by the warp, and for
@@ -423,6 +437,7 @@ trait Exchange {
 /// `small`: one warp runs every panel of its matrix in order, so nothing is waited for.
 struct Local;
 impl Exchange for Local {
+    const PREFETCH: bool = false;
     #[inline(always)]
     unsafe fn wait(&self, _block: usize) {}
     #[inline(always)]
@@ -437,6 +452,7 @@ struct Global {
     flags: *mut u32,
 }
 impl Exchange for Global {
+    const PREFETCH: bool = true;
     #[inline(always)]
     unsafe fn wait(&self, block: usize) {
         let flag = self.flags.add(block);
@@ -485,6 +501,14 @@ unsafe fn panel<T: Elem, X: Exchange>(
         let base = r.add(blk * WARP * n + j);
         // Issued before the wait, so the loads are in flight while the flag is polled.
         let first = load_chunk(base, n, 0, WARP - 1, active);
+        if X::PREFETCH && active {
+            // The next block (the diagonal one last) is on the critical path once its flag
+            // is up: pull it into L2 now, so its chunks are not each a DRAM round trip.
+            let next = (blk + 1) * WARP;
+            for m in 0..WARP.min(n - next) {
+                warp::prefetch(r.add((next + m) * n + j));
+            }
+        }
         exchange.wait(blk);
         if active {
             apply_block(first, base, n, WARP, coef.add(3 * blk * WARP), &mut s);
