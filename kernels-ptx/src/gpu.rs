@@ -173,3 +173,39 @@ mod small_entries {
         ferrax_potrf_small_c128_w32 = potrf_rows::<C128, 32>,
         ferrax_potrf_small_c128_block = potrf_block::<C128>);
 }
+
+// Rank-1 Cholesky update (`cholesky_update`): `small` (one warp per matrix) and `large`
+// (panels of a matrix spread over warps); the host picks one with
+// `cholesky_update::launch_config`.
+macro_rules! cholesky_update_entries {
+    ($($small:ident, $large:ident: $t:ty;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $small(
+            r: *mut $t,
+            w: *mut $t,
+            n: u32,
+            batch: u64,
+            _scratch: *mut u8,
+        ) {
+            crate::cholesky_update::small::<$t>(r, w, n, batch)
+        }
+
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $large(
+            r: *mut $t,
+            w: *mut $t,
+            n: u32,
+            batch: u64,
+            scratch: *mut u8,
+        ) {
+            crate::cholesky_update::large::<$t>(r, w, n, batch, scratch)
+        }
+    )*};
+}
+
+cholesky_update_entries! {
+    ferrax_cholesky_update_small_f32, ferrax_cholesky_update_large_f32: f32;
+    ferrax_cholesky_update_small_f64, ferrax_cholesky_update_large_f64: f64;
+    ferrax_cholesky_update_small_c64, ferrax_cholesky_update_large_c64: num_complex::Complex<f32>;
+    ferrax_cholesky_update_small_c128, ferrax_cholesky_update_large_c128: num_complex::Complex<f64>;
+}

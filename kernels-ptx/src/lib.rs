@@ -10,6 +10,7 @@
     feature(abi_ptx, stdarch_nvptx, core_float_math, asm_experimental_arch)
 )]
 
+pub mod cholesky_update;
 pub mod grid;
 pub mod launch;
 pub mod pivots;
