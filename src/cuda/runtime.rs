@@ -70,9 +70,13 @@ impl GpuStream {
         }
         let mut context: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: `stream` is XLA's live stream; `context` is an out-parameter.
-        check("cuStreamGetCtx", unsafe { sys::cuStreamGetCtx(stream, &mut context) })?;
+        check("cuStreamGetCtx", unsafe {
+            sys::cuStreamGetCtx(stream, &mut context)
+        })?;
         // SAFETY: the context is alive while XLA runs this call; popped in `drop`.
-        check("cuCtxPushCurrent", unsafe { sys::cuCtxPushCurrent_v2(context) })?;
+        check("cuCtxPushCurrent", unsafe {
+            sys::cuCtxPushCurrent_v2(context)
+        })?;
         Ok(GpuStream { stream, context })
     }
 
@@ -92,7 +96,9 @@ impl GpuStream {
                 .map_err(|e| driver_error("loading ferrax's PTX module (cuModuleLoadData)", e))?;
             let mut device: sys::CUdevice = 0;
             // SAFETY: out-parameter; the context is current.
-            check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut device) })?;
+            check("cuCtxGetDevice", unsafe {
+                sys::cuCtxGetDevice(&mut device)
+            })?;
             // SAFETY: a valid device handle.
             let multiprocessors = unsafe {
                 result::device::get_attribute(

@@ -46,7 +46,11 @@ fn cholesky_update_cuda(
     let kind = scalar_kind(&r)?;
     let shape = MatrixBatch::square(&r)?;
     let batch_dims = shape.batch_dims(&r);
-    let vector: Vec<i64> = batch_dims.iter().copied().chain([shape.rows as i64]).collect();
+    let vector: Vec<i64> = batch_dims
+        .iter()
+        .copied()
+        .chain([shape.rows as i64])
+        .collect();
     w.expect_dtype(r.dtype())?;
     w.expect_dims(&vector)?;
     r_out.expect_dtype(r.dtype())?;
@@ -62,15 +66,19 @@ fn cholesky_update_cuda(
     let gpu = GpuStream::adopt(stream)?;
     let bytes = kind.bytes();
     // The kernel works in place; XLA normally aliases the results to the operands.
-    gpu.copy(r_out.data_ptr().cast(), r.data_ptr().cast(), shape.batch * shape.matrix_len() * bytes)?;
-    gpu.copy(w_out.data_ptr().cast(), w.data_ptr().cast(), shape.batch * shape.rows * bytes)?;
+    gpu.copy(
+        r_out.data_ptr().cast(),
+        r.data_ptr().cast(),
+        shape.batch * shape.matrix_len() * bytes,
+    )?;
+    gpu.copy(
+        w_out.data_ptr().cast(),
+        w.data_ptr().cast(),
+        shape.batch * shape.rows * bytes,
+    )?;
     let batch = shape.batch as u64;
-    let (config, scratch_bytes) = ferrax_kernels::cholesky_update::launch_config(
-        kind,
-        n,
-        batch,
-        gpu.multiprocessors()?,
-    );
+    let (config, scratch_bytes) =
+        ferrax_kernels::cholesky_update::launch_config(kind, n, batch, gpu.multiprocessors()?);
     let workspace = if scratch_bytes > 0 {
         let p = scratch.allocate(scratch_bytes, 16)?;
         gpu.zero(p, scratch_bytes)?;
@@ -79,7 +87,13 @@ fn cholesky_update_cuda(
         std::ptr::null_mut()
     };
     let (r_ptr, w_ptr) = (r_out.data_ptr(), w_out.data_ptr());
-    let mut params = [param(&r_ptr), param(&w_ptr), param(&n), param(&batch), param(&workspace)];
+    let mut params = [
+        param(&r_ptr),
+        param(&w_ptr),
+        param(&n),
+        param(&batch),
+        param(&workspace),
+    ];
     // SAFETY: batch matrices of n*n and vectors of n elements of `kind`, and the zeroed
     // scratch the plan asked for, as the entry points declare. The scratch is freed after the
     // call returns, stream-ordered after the kernel.

@@ -41,7 +41,11 @@ fn dimensions(pivots: &Buffer<'_>, permutation: &Buffer<'_>) -> Result<(usize, u
             format!("{p}"),
         ));
     }
-    let batch = if p == 0 { 0 } else { permutation.element_count()? / p };
+    let batch = if p == 0 {
+        0
+    } else {
+        permutation.element_count()? / p
+    };
     Ok((batch, k, p))
 }
 

@@ -162,7 +162,10 @@ fn bits_cuda(stream: Stream, keys: Buffer<'_>, bits: Buffer<'_>) -> Result<()> {
     let (key_batch, pair) = keys.dims().split_at(keys.rank() - 1);
     if pair != [2] || bits.dims().get(..key_batch.len()) != Some(key_batch) {
         return Err(bits.mismatch(
-            format!("keys of shape [..., 2] with bits of shape keys.shape[:-1] + shape; keys {:?}", keys.dims()),
+            format!(
+                "keys of shape [..., 2] with bits of shape keys.shape[:-1] + shape; keys {:?}",
+                keys.dims()
+            ),
             format!("bits {:?}", bits.dims()),
         ));
     }
