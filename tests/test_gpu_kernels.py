@@ -69,8 +69,9 @@ def test_installed_random_functions_match_stock(gpu, rng):
                      jax.random.uniform(k, (4096,), jnp.float32), jax.random.randint(k, (99,), 0, 7))
     stock, _ = on(gpu, fns, key)
     ferrax.install()
-    ours, hlo = on(gpu, fns, key)
-    assert "ferrax_threefry2x32_bits" in hlo
+    with jax_config.threefry_gpu_kernel_lowering(True):
+        ours, hlo = on(gpu, fns, key)
+    assert "ferrax_threefry2x32" in hlo
     assert_same(ours, stock)
 
 
@@ -140,7 +141,7 @@ def test_cholesky_update_identity(gpu, dtype, batch, n, rng):
         _check_update(r, w, a, got, rtol)
     # Same rotations as the CPU path (jax's algorithm), to rounding.
     cpu = np.asarray(ferrax.linalg.cholesky_update(r, w))
-    np.testing.assert_allclose(got, cpu, rtol=rtol, atol=rtol * np.abs(cpu).max())
+    np.testing.assert_allclose(got, cpu, rtol=rtol, atol=rtol * np.abs(cpu).max(initial=1.0))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
