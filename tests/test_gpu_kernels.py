@@ -190,3 +190,79 @@ def test_bits_wrong_key_shape_is_an_error(gpu):
     call = jax.ffi.ffi_call("ferrax_threefry2x32_bits", jax.ShapeDtypeStruct((4, 10), np.uint32))
     with pytest.raises(Exception, match="ferrax_threefry2x32_bits"):
         jax.block_until_ready(jax.jit(call)(keys))
+
+
+# --- batched small getrf / potrf (ferrax_getrf, ferrax_potrf on CUDA) --------------------------
+
+def _spd(rng, batch, n, dtype):
+    x = rng.standard_normal(batch + (n, n))
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(x.shape)
+    return (x @ np.conj(np.swapaxes(x, -1, -2)) + n * np.eye(n)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("batch, m, n", [((), 1, 1), ((9,), 4, 4), ((300,), 8, 8), ((2, 50), 16, 16),
+                                         ((1000,), 32, 32), ((40,), 64, 64), ((33,), 20, 13),
+                                         ((33,), 13, 20), ((0,), 8, 8), ((5,), 0, 0)], ids=str)
+def test_getrf_matches_cpu_and_reconstructs(gpu, dtype, batch, m, n, rng, random_matrix,
+                                           assert_close):
+    a = random_matrix(batch + (m, n), dtype)
+    if max(m, n) > 55 and dtype == np.complex128:
+        pytest.skip("complex128 above 55×55 is cuSOLVER's (no small kernel)")
+    (lu, ipiv, info), hlo = on(gpu, ferrax.linalg.getrf, a)
+    assert "ferrax_getrf" in hlo
+    cpu = ferrax.linalg.getrf(a)  # LAPACK: the same unblocked algorithm, pivots identical
+    np.testing.assert_array_equal(ipiv, cpu[1])
+    np.testing.assert_array_equal(info, cpu[2])
+    assert_close(lu, np.asarray(cpu[0]), dtype, "reconstruct")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+def test_getrf_singular_reports_info(gpu, dtype, random_matrix):
+    a = random_matrix((3, 6, 6), dtype)
+    a[0, :, 2] = 0
+    a[1, :, :] = 0
+    (_, _, info), _ = on(gpu, ferrax.linalg.getrf, a)
+    np.testing.assert_array_equal(info, np.asarray(ferrax.linalg.getrf(a)[2]))
+    assert info[0] > 0 and info[1] == 1 and info[2] == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("batch, n", [((512,), 4), ((100,), 8), ((64,), 16), ((300,), 32), ((3,), 1)],
+                         ids=str)
+def test_installed_lu_cholesky_solve_match_stock(gpu, dtype, batch, n, rng, random_matrix,
+                                                 assert_close):
+    a = random_matrix(batch + (n, n), dtype)
+    spd = _spd(rng, batch, n, dtype)
+    b = random_matrix(batch + (n, 2), dtype)
+    fns = lambda a, spd, b: (jax.lax.linalg.lu(a), jnp.linalg.cholesky(spd), jnp.linalg.solve(a, b),
+                             jnp.linalg.det(a))
+    stock, _ = on(gpu, fns, a, spd, b)
+    ferrax.install()
+    ours, hlo = on(gpu, fns, a, spd, b)
+    limit = lambda op: ferrax._install._GPU_THRESHOLDS[op][np.dtype(dtype).name]
+    assert ("ferrax_getrf" in hlo) == (n <= limit("getrf"))
+    assert ("ferrax_potrf" in hlo) == (n <= limit("potrf"))
+    (lu, piv, perm), chol, x, det = ours
+    np.testing.assert_array_equal(piv, stock[0][1])
+    np.testing.assert_array_equal(perm, stock[0][2])
+    for got, want in [(lu, stock[0][0]), (chol, stock[1]), (x, stock[2]), (det, stock[3])]:
+        assert_close(got, want, dtype, "reconstruct")
+
+
+def test_installed_cholesky_not_positive_definite_is_nan_as_stock(gpu, rng):
+    a = _spd(rng, (4,), 8, np.float32)
+    a[2] = -np.eye(8)
+    stock, _ = on(gpu, jnp.linalg.cholesky, a)
+    ferrax.install()
+    ours, hlo = on(gpu, jnp.linalg.cholesky, a)
+    assert "ferrax_potrf" in hlo
+    assert np.isnan(ours[2]).all() and np.isnan(stock[2]).all()
+    np.testing.assert_allclose(ours[[0, 1, 3]], stock[[0, 1, 3]], rtol=1e-4, atol=1e-4)
+
+
+def test_getrf_too_large_is_an_error(gpu, random_matrix):
+    a = jax.device_put(random_matrix((2, 80, 80), np.float32), gpu)
+    with pytest.raises(Exception, match="ferrax_getrf.*64"):
+        jax.block_until_ready(jax.jit(ferrax.linalg.getrf)(a))

@@ -17,12 +17,16 @@ own target name, in both places.
 
 from __future__ import annotations
 
+import json
+import pathlib
 import threading
 import types
 
 import jax
 import jaxlib.lapack as jaxlib_lapack
+import numpy as np
 from jax._src import config
+from jax._src import core
 from jax._src import ffi as jax_ffi
 from jax._src.interpreters import batching, mlir
 from jax._src.lax import linalg as lax_linalg
@@ -89,6 +93,29 @@ def _threefry2x32_cuda(ctx, *args):
     return jax_threefry._threefry2x32_lowering_rule(ctx, *args)
 
 
+_GPU_THRESHOLDS = json.loads((pathlib.Path(__file__).parent / "gpu_thresholds.json").read_text())
+
+
+def _small_on_gpu(op, aval):
+    """Whether ferrax's small-matrix GPU kernels take ``aval`` (static shape, measured faster
+    than jaxlib at this size: ``gpu_thresholds.json``)."""
+    limit = _GPU_THRESHOLDS[op].get(np.dtype(aval.dtype).name, 0)
+    return all(core.is_constant_dim(d) for d in aval.shape) and max(aval.shape[-2:]) <= limit
+
+
+def _lu_cuda(ctx, operand):
+    # jax's own rule either way: with the "cpu" prefix it names its target through
+    # prepare_lapack_call, i.e. ferrax_getrf, whose CUDA handler keeps the same contract.
+    prefix = "cpu" if _small_on_gpu("getrf", ctx.avals_in[0]) else "cu"
+    return lax_linalg._lu_cpu_gpu_lowering(ctx, operand, target_name_prefix=prefix)
+
+
+def _cholesky_cuda(ctx, operand):
+    if _small_on_gpu("potrf", ctx.avals_in[0]):
+        return lax_linalg._cholesky_cpu_lowering(ctx, operand)  # -> ferrax_potrf, uplo 'L'
+    return lax_linalg._cholesky_gpu_lowering(ctx, operand, target_name_prefix="cu")
+
+
 def _cholesky_update(r, w):
     return linalg.cholesky_update(r, w)
 
@@ -124,6 +151,8 @@ def _routes():
         ("cpu", lax_linalg.lu_pivots_to_permutation_p, pivots),
         ("cuda", lax_linalg.lu_pivots_to_permutation_p, pivots),
         ("cuda", jax_threefry.threefry2x32_p, _threefry2x32_cuda),
+        ("cuda", lax_linalg.lu_p, _lu_cuda),
+        ("cuda", lax_linalg.cholesky_p, _cholesky_cuda),
         ("cuda", lax_linalg.cholesky_update_p,
          mlir.lower_fun(_cholesky_update, multiple_results=False)),
         ("cpu", jax_threefry.threefry2x32_p, _threefry2x32_kernel),

@@ -66,7 +66,7 @@ def _getrf_abstract_eval(a):
 
 
 #: LAPACK getrf: ``a -> (packed LU, 1-based pivots, info)``.
-getrf_p = _primitive(GETRF, _getrf_abstract_eval, _on("cpu")(batched_ffi_lowering(
+getrf_p = _primitive(GETRF, _getrf_abstract_eval, _on("cpu", "cuda")(batched_ffi_lowering(
     GETRF, num_non_batch_dims=2, column_major=True, operand_output_aliases={0: 0})))
 
 

@@ -89,6 +89,8 @@ targets!(
         "CUDA",
         ops::pivots::ferrax_cuda_lu_pivots_to_permutation
     ),
+    (ops::getrf::TARGET, "CUDA", ops::getrf::ferrax_cuda_getrf),
+    (ops::potrf::TARGET, "CUDA", ops::potrf::ferrax_cuda_potrf),
     (
         ops::cholesky_update::TARGET,
         "CUDA",

@@ -1,6 +1,7 @@
 use crate::ffi::{Error, Result, Stream};
 use cudarc::driver::{result, sys, DriverError};
 use ferrax_kernels::launch::LaunchConfig;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Mutex, OnceLock};
@@ -88,35 +89,11 @@ impl GpuStream {
     fn with_module<T>(&self, f: impl FnOnce(&mut ContextModule) -> Result<T>) -> Result<T> {
         let modules = MODULES.get_or_init(Default::default);
         let mut modules = modules.lock().unwrap_or_else(|e| e.into_inner());
-        let key = self.context as usize;
-        if !modules.contains_key(&key) {
-            let image = CString::new(KERNELS_PTX).expect("PTX text has no NUL byte");
-            // SAFETY: the context is current; the image is a NUL-terminated PTX string.
-            let module = unsafe { result::module::load_data(image.as_ptr().cast()) }
-                .map_err(|e| driver_error("loading ferrax's PTX module (cuModuleLoadData)", e))?;
-            let mut device: sys::CUdevice = 0;
-            // SAFETY: out-parameter; the context is current.
-            check("cuCtxGetDevice", unsafe {
-                sys::cuCtxGetDevice(&mut device)
-            })?;
-            // SAFETY: a valid device handle.
-            let multiprocessors = unsafe {
-                result::device::get_attribute(
-                    device,
-                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                )
-            }
-            .map_err(|e| driver_error("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", e))?;
-            modules.insert(
-                key,
-                ContextModule {
-                    module: module as usize,
-                    functions: HashMap::new(),
-                    multiprocessors: multiprocessors.max(1) as u32,
-                },
-            );
-        }
-        f(modules.get_mut(&key).expect("inserted above"))
+        let module = match modules.entry(self.context as usize) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(load_module()?),
+        };
+        f(module)
     }
 
     /// Streaming multiprocessors of this stream's device (launch plans size grids by it).
@@ -203,6 +180,32 @@ impl GpuStream {
         }
         .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
     }
+}
+
+/// Loads ferrax's PTX into the current context and reads what launch plans need.
+fn load_module() -> Result<ContextModule> {
+    let image = CString::new(KERNELS_PTX).expect("PTX text has no NUL byte");
+    // SAFETY: the context is current; the image is a NUL-terminated PTX string.
+    let module = unsafe { result::module::load_data(image.as_ptr().cast()) }
+        .map_err(|e| driver_error("loading ferrax's PTX module (cuModuleLoadData)", e))?;
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: out-parameter; the context is current.
+    check("cuCtxGetDevice", unsafe {
+        sys::cuCtxGetDevice(&mut device)
+    })?;
+    // SAFETY: a valid device handle.
+    let multiprocessors = unsafe {
+        result::device::get_attribute(
+            device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+    }
+    .map_err(|e| driver_error("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", e))?;
+    Ok(ContextModule {
+        module: module as usize,
+        functions: HashMap::new(),
+        multiprocessors: multiprocessors.max(1) as u32,
+    })
 }
 
 impl Drop for GpuStream {

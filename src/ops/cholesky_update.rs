@@ -3,9 +3,9 @@
 //! batched (`[..., n, n]` with `[..., n]`) and for all four dtypes.
 
 use crate::cuda::{param, GpuStream};
-use crate::ffi::{Buffer, DataType, MatrixBatch, Result, ScratchAllocator, Stream};
+use crate::ffi::{Buffer, MatrixBatch, Result, ScratchAllocator, Stream};
 use crate::ffi_handler;
-use ferrax_kernels::launch::ScalarKind;
+use crate::ops::gpu_scalar_kind;
 use std::ffi::CStr;
 
 pub const TARGET: &CStr = c"ferrax_cholesky_update";
@@ -23,18 +23,6 @@ ffi_handler! {
     body = cholesky_update_cuda;
 }
 
-fn scalar_kind(buffer: &Buffer<'_>) -> Result<ScalarKind> {
-    Ok(match buffer.dtype() {
-        DataType::F32 => ScalarKind::F32,
-        DataType::F64 => ScalarKind::F64,
-        DataType::C64 => ScalarKind::C64,
-        DataType::C128 => ScalarKind::C128,
-        other => {
-            return Err(buffer.mismatch("dtype f32, f64, c64 or c128".into(), format!("{other:?}")))
-        }
-    })
-}
-
 fn cholesky_update_cuda(
     stream: Stream,
     scratch: ScratchAllocator<'_>,
@@ -43,7 +31,7 @@ fn cholesky_update_cuda(
     r_out: Buffer<'_>,
     w_out: Buffer<'_>,
 ) -> Result<()> {
-    let kind = scalar_kind(&r)?;
+    let kind = gpu_scalar_kind(&r)?;
     let shape = MatrixBatch::square(&r)?;
     let batch_dims = shape.batch_dims(&r);
     let vector: Vec<i64> = batch_dims

@@ -2,10 +2,11 @@
 //! `lapack_?getrf_ffi` / `cusolver_getrf_ffi`: column-major `[..., m, n]` in, packed LU
 //! (aliasing the input), 1-based S32 pivots `[..., min(m, n)]` and S32 `info` `[...]` out.
 
-use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, ThreadPool};
+use crate::cuda::{param, GpuStream};
+use crate::ffi::{Buffer, DataType, Error, MatrixBatch, NativeType, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
-use crate::ops::{for_each_parallel, lapack_dim, routine, SharedMut};
+use crate::ops::{for_each_parallel, gpu_scalar_kind, lapack_dim, routine, SharedMut};
 use ferrax_cpu_fallback::Lapack;
 use std::ffi::CStr;
 
@@ -33,6 +34,18 @@ fn getrf_cpu(
     dispatch_lapack!(a, getrf_typed(pool, a, lu, ipiv, info))
 }
 
+/// Checks the pivot and info results against `a [..., m, n]` and returns its shape.
+fn expect_shapes(a: &Buffer<'_>, ipiv: &Buffer<'_>, info: &Buffer<'_>) -> Result<MatrixBatch> {
+    let shape = MatrixBatch::of(a)?;
+    let batch_dims = shape.batch_dims(a);
+    let k = shape.rows.min(shape.cols);
+    ipiv.expect_dtype(DataType::S32)?;
+    ipiv.expect_dims(&[batch_dims, &[k as i64]].concat())?;
+    info.expect_dtype(DataType::S32)?;
+    info.expect_dims(batch_dims)?;
+    Ok(shape)
+}
+
 fn getrf_typed<T: NativeType + Lapack>(
     pool: ThreadPool<'_>,
     a: Buffer<'_>,
@@ -40,13 +53,8 @@ fn getrf_typed<T: NativeType + Lapack>(
     ipiv: Buffer<'_>,
     info: Buffer<'_>,
 ) -> Result<()> {
-    let shape = MatrixBatch::of(&a)?;
-    let batch_dims = shape.batch_dims(&a);
+    let shape = expect_shapes(&a, &ipiv, &info)?;
     let k = shape.rows.min(shape.cols);
-    ipiv.expect_dtype(DataType::S32)?;
-    ipiv.expect_dims(&[batch_dims, &[k as i64]].concat())?;
-    info.expect_dtype(DataType::S32)?;
-    info.expect_dims(batch_dims)?;
     let (m, n) = (lapack_dim(&a, shape.rows)?, lapack_dim(&a, shape.cols)?);
     let lda = m.max(1);
     a.copy_into(&lu)?;
@@ -84,4 +92,64 @@ fn getrf_typed<T: NativeType + Lapack>(
         };
         Ok(())
     })
+}
+
+ffi_handler! {
+    /// Batched LU of small matrices on the GPU (ferrax's PTX kernels, up to 64×64; jax's own
+    /// cuSOLVER lowering serves larger ones).
+    pub fn ferrax_cuda_getrf = TARGET;
+    ctx stream: Stream;
+    arg a: Buffer;
+    ret lu: Buffer;
+    ret ipiv: Buffer;
+    ret info: Buffer;
+    traits = 0;
+    body = getrf_cuda;
+}
+
+fn getrf_cuda(
+    stream: Stream,
+    a: Buffer<'_>,
+    lu: Buffer<'_>,
+    ipiv: Buffer<'_>,
+    info: Buffer<'_>,
+) -> Result<()> {
+    let kind = gpu_scalar_kind(&a)?;
+    let shape = expect_shapes(&a, &ipiv, &info)?;
+    lu.expect_dtype(a.dtype())?;
+    lu.expect_dims(a.dims())?;
+    if shape.batch == 0 {
+        return Ok(());
+    }
+    let gpu = GpuStream::adopt(stream)?;
+    if shape.rows == 0 || shape.cols == 0 {
+        return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
+    }
+    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
+    let config = (shape.rows <= 64 && shape.cols <= 64)
+        .then(|| ferrax_kernels::small::getrf_launch(kind, m, n, batch))
+        .flatten()
+        .ok_or_else(|| {
+            Error::unimplemented(format!(
+                "{}: the GPU kernels take matrices up to 64×64 (less for complex128), got \
+                 {m}×{n}; jax.lax.linalg.lu with ferrax installed uses cuSOLVER there",
+                TARGET.to_string_lossy()
+            ))
+        })?;
+    gpu.copy(
+        lu.data_ptr().cast(),
+        a.data_ptr().cast(),
+        shape.batch * shape.matrix_len() * kind.bytes(),
+    )?;
+    let (lu, ipiv, info) = (lu.data_ptr(), ipiv.data_ptr(), info.data_ptr());
+    let mut params = [
+        param(&lu),
+        param(&ipiv),
+        param(&info),
+        param(&m),
+        param(&n),
+        param(&batch),
+    ];
+    // SAFETY: batch column-major m×n matrices, min(m, n) pivots and one info each.
+    unsafe { gpu.launch(&config, &mut params) }
 }

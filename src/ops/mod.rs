@@ -22,6 +22,20 @@ use crate::ffi::{Buffer, Error, MatrixBatch, NativeType, Result, ThreadPool};
 use ferrax_cpu_fallback::Lapack;
 use num_complex::Complex;
 
+/// The element type of a GPU linear-algebra operand, or an error naming the operand.
+pub(crate) fn gpu_scalar_kind(buffer: &Buffer<'_>) -> Result<ferrax_kernels::launch::ScalarKind> {
+    use ferrax_kernels::launch::ScalarKind;
+    Ok(match buffer.dtype() {
+        crate::ffi::DataType::F32 => ScalarKind::F32,
+        crate::ffi::DataType::F64 => ScalarKind::F64,
+        crate::ffi::DataType::C64 => ScalarKind::C64,
+        crate::ffi::DataType::C128 => ScalarKind::C128,
+        other => {
+            return Err(buffer.mismatch("dtype f32, f64, c64 or c128".into(), format!("{other:?}")))
+        }
+    })
+}
+
 /// A raw pointer that thread-pool tasks may share: each task touches a disjoint part of the
 /// buffer it points into.
 #[derive(Clone, Copy)]

@@ -41,11 +41,7 @@ fn dimensions(pivots: &Buffer<'_>, permutation: &Buffer<'_>) -> Result<(usize, u
             format!("{p}"),
         ));
     }
-    let batch = if p == 0 {
-        0
-    } else {
-        permutation.element_count()? / p
-    };
+    let batch = permutation.element_count()?.checked_div(p).unwrap_or(0);
     Ok((batch, k, p))
 }
 

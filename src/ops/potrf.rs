@@ -1,11 +1,13 @@
 //! `potrf`: Cholesky factorization, jaxlib's `lapack_?potrf_ffi` contract: column-major
 //! `[..., n, n]` in, the factor in the `uplo` triangle (aliasing the input; the other triangle
-//! keeps the input) and S32 `info` `[...]` out. Attribute `uplo`: u8 'L' or 'U'.
+//! keeps the input) and S32 `info` `[...]` out. Attribute `uplo`: u8 'L' or 'U'. The CUDA
+//! handler takes the same contract (jaxlib's `cusolver_potrf_ffi` has a `lower` flag instead).
 
-use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, ThreadPool};
+use crate::cuda::{param, GpuStream};
+use crate::ffi::{Buffer, DataType, Error, MatrixBatch, NativeType, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
-use crate::ops::{char_attr, for_each_parallel, lapack_dim, routine, SharedMut};
+use crate::ops::{char_attr, for_each_parallel, gpu_scalar_kind, lapack_dim, routine, SharedMut};
 use ferrax_cpu_fallback::Lapack;
 use std::ffi::{c_char, CStr};
 
@@ -34,6 +36,13 @@ fn potrf_cpu(
     dispatch_lapack!(a, potrf_typed(pool, a, factor, info, uplo))
 }
 
+fn expect_shapes(a: &Buffer<'_>, info: &Buffer<'_>) -> Result<MatrixBatch> {
+    let shape = MatrixBatch::square(a)?;
+    info.expect_dtype(DataType::S32)?;
+    info.expect_dims(shape.batch_dims(a))?;
+    Ok(shape)
+}
+
 fn potrf_typed<T: NativeType + Lapack>(
     pool: ThreadPool<'_>,
     a: Buffer<'_>,
@@ -41,9 +50,7 @@ fn potrf_typed<T: NativeType + Lapack>(
     info: Buffer<'_>,
     uplo: c_char,
 ) -> Result<()> {
-    let shape = MatrixBatch::square(&a)?;
-    info.expect_dtype(DataType::S32)?;
-    info.expect_dims(shape.batch_dims(&a))?;
+    let shape = expect_shapes(&a, &info)?;
     let n = lapack_dim(&a, shape.rows)?;
     let lda = n.max(1);
     a.copy_into(&factor)?;
@@ -61,4 +68,64 @@ fn potrf_typed<T: NativeType + Lapack>(
         unsafe { potrf(&uplo, &n, factor.at(b * matrix_len), &lda, info.at(b)) };
         Ok(())
     })
+}
+
+ffi_handler! {
+    /// Batched Cholesky of small matrices on the GPU (ferrax's PTX kernels, up to 64×64; jax's
+    /// own cuSOLVER lowering serves larger ones).
+    pub fn ferrax_cuda_potrf = TARGET;
+    ctx stream: Stream;
+    arg a: Buffer;
+    ret factor: Buffer;
+    ret info: Buffer;
+    attr uplo: u8;
+    traits = 0;
+    body = potrf_cuda;
+}
+
+fn potrf_cuda(
+    stream: Stream,
+    a: Buffer<'_>,
+    factor: Buffer<'_>,
+    info: Buffer<'_>,
+    uplo: u8,
+) -> Result<()> {
+    let lower = u32::from(char_attr("uplo", uplo, b"LU")? == b'L' as c_char);
+    let kind = gpu_scalar_kind(&a)?;
+    let shape = expect_shapes(&a, &info)?;
+    factor.expect_dtype(a.dtype())?;
+    factor.expect_dims(a.dims())?;
+    if shape.batch == 0 {
+        return Ok(());
+    }
+    let gpu = GpuStream::adopt(stream)?;
+    if shape.rows == 0 {
+        return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
+    }
+    let (n, batch) = (shape.rows as u32, shape.batch as u64);
+    let config = (shape.rows <= 64)
+        .then(|| ferrax_kernels::small::potrf_launch(kind, n, batch))
+        .flatten()
+        .ok_or_else(|| {
+            Error::unimplemented(format!(
+                "{}: the GPU kernels take matrices up to 64×64 (less for complex128), got \
+                 {n}×{n}; jnp.linalg.cholesky with ferrax installed uses cuSOLVER there",
+                TARGET.to_string_lossy()
+            ))
+        })?;
+    gpu.copy(
+        factor.data_ptr().cast(),
+        a.data_ptr().cast(),
+        shape.batch * shape.matrix_len() * kind.bytes(),
+    )?;
+    let (factor, info) = (factor.data_ptr(), info.data_ptr());
+    let mut params = [
+        param(&factor),
+        param(&info),
+        param(&n),
+        param(&batch),
+        param(&lower),
+    ];
+    // SAFETY: batch column-major n×n matrices and one info each.
+    unsafe { gpu.launch(&config, &mut params) }
 }

@@ -1,0 +1,56 @@
+"""What ferrax.install() lowers jax's GPU primitives to, checked by lowering for CUDA on any
+machine (no GPU needed): ferrax's kernels where gpu_thresholds.json says they win, jaxlib's
+cuSOLVER targets above."""
+
+import re
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import ferrax
+
+
+def cuda_targets(fn, *avals):
+    text = jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",)).as_text()
+    return set(re.findall(r"custom_call @(\w+)", text)) | set(
+        re.findall(r'call_target_name = "(\w+)"', text))
+
+
+def spec(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, np.dtype(dtype))
+
+
+@pytest.mark.parametrize("dtype, n, ours", [(np.float32, 32, True), (np.float64, 64, True),
+                                            (np.float32, 65, False), (np.complex64, 16, True),
+                                            (np.complex64, 32, False), (np.complex128, 128, False)])
+def test_lu(installed, dtype, n, ours):
+    got = cuda_targets(jax.lax.linalg.lu, spec((100, n, n), dtype))
+    assert got == ({"ferrax_getrf", "ferrax_lu_pivots_to_permutation"} if ours
+                   else {"cusolver_getrf_ffi", "ferrax_lu_pivots_to_permutation"})
+
+
+@pytest.mark.parametrize("dtype, n, ours", [(np.float32, 8, True), (np.float64, 32, True),
+                                            (np.float64, 33, False), (np.complex128, 16, True),
+                                            (np.complex128, 32, False)])
+def test_cholesky(installed, dtype, n, ours):
+    got = cuda_targets(jnp.linalg.cholesky, spec((10, n, n), dtype))
+    assert got == ({"ferrax_potrf"} if ours else {"cusolver_potrf_ffi"})
+
+
+def test_solve_and_det_use_the_small_kernels(installed):
+    assert "ferrax_getrf" in cuda_targets(jnp.linalg.solve, spec((50, 8, 8), np.float32),
+                                          spec((50, 8, 1), np.float32))
+    assert "ferrax_getrf" in cuda_targets(jnp.linalg.det, spec((50, 8, 8), np.float64))
+
+
+def test_uninstalled_is_stock():
+    assert cuda_targets(jax.lax.linalg.lu, spec((4, 8, 8), np.float32)) == {
+        "cusolver_getrf_ffi", "cu_lu_pivots_to_permutation"}
+    assert cuda_targets(jnp.linalg.cholesky, spec((4, 8, 8), np.float32)) == {"cusolver_potrf_ffi"}
+
+
+def test_explicit_getrf_lowers_to_ferrax_on_cuda():
+    assert cuda_targets(ferrax.linalg.getrf, spec((4, 8, 8), np.float32)) == {"ferrax_getrf"}
