@@ -31,12 +31,17 @@ fn main() {
             .arg(&script)
             .arg(&out)
             .arg(&target_dir)
-            .status()
-            .expect("run scripts/build-ptx");
-        assert!(status.success(), "scripts/build-ptx failed ({status})");
-    } else {
-        std::fs::copy(&committed, &out).expect("copy kernels-ptx/kernels.ptx");
+            .status();
+        if matches!(status, Ok(s) if s.success()) {
+            return;
+        }
+        // A toolchain that cannot build for nvptx (say, no network for core's dependencies)
+        // still builds the library; scripts/check-ptx is where a stale PTX fails.
+        println!(
+            "cargo:warning=scripts/build-ptx failed ({status:?}); using the committed kernels-ptx/kernels.ptx"
+        );
     }
+    std::fs::copy(&committed, &out).expect("copy kernels-ptx/kernels.ptx");
 }
 
 /// Whether the active toolchain can build `core` from source (`-Zbuild-std`).
