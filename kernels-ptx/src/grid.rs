@@ -1,7 +1,7 @@
-//! Thread and block indices, block and warp barriers, warp matching and dynamic shared memory:
-//! the hardware on nvptx, an emulation on the host (each block's threads are real OS threads
-//! meeting at a `Barrier`) so that kernel bodies are unit-tested on the CPU with the code that
-//! runs on the GPU.
+//! Thread and block indices, block and warp barriers, warp votes, matching and sums, and
+//! dynamic shared memory: the hardware on nvptx, an emulation on the host (each block's
+//! threads are real OS threads meeting at a `Barrier`) so that kernel bodies are unit-tested
+//! on the CPU with the code that runs on the GPU.
 
 #[cfg(target_arch = "nvptx64")]
 mod imp {
@@ -54,6 +54,43 @@ mod imp {
                 v = in(reg32) value, options(nostack));
         }
         mask
+    }
+    /// `__ballot_sync(0xffffffff, predicate)`: bit `l` set where lane `l` holds `true`; all 32
+    /// lanes must reach it.
+    #[inline(always)]
+    pub fn ballot(predicate: bool) -> u32 {
+        let mask: u32;
+        // SAFETY: a warp-wide exchange of registers; callers keep it in uniform control flow.
+        unsafe {
+            core::arch::asm!("{{ .reg .pred p; setp.ne.u32 p, {v}, 0; \
+                vote.sync.ballot.b32 {m}, p, 0xffffffff; }}", m = out(reg32) mask,
+                v = in(reg32) u32::from(predicate), options(nostack));
+        }
+        mask
+    }
+    /// `__reduce_add_sync(0xffffffff, value)` (sm_80): the sum of `value` over the warp's
+    /// lanes (wrapping); all 32 lanes must reach it.
+    #[inline(always)]
+    pub fn redux_add(value: u32) -> u32 {
+        let sum: u32;
+        // SAFETY: a warp-wide exchange of registers; callers keep it in uniform control flow.
+        unsafe {
+            core::arch::asm!("redux.sync.add.u32 {s}, {v}, 0xffffffff;", s = out(reg32) sum,
+                v = in(reg32) value, options(nostack));
+        }
+        sum
+    }
+    /// `x`, through a register copy the compiler cannot see through or move: values a loop
+    /// derives from it are recomputed in the loop instead of hoisted into registers.
+    #[inline(always)]
+    pub fn opaque(x: u32) -> u32 {
+        let y: u32;
+        // SAFETY: copies a register (not `pure`, so that it stays where it is).
+        unsafe {
+            core::arch::asm!("mov.b32 {y}, {x};", y = out(reg32) y, x = in(reg32) x,
+                options(nomem, nostack));
+        }
+        y
     }
     /// Start of the block's dynamic shared memory (sized by the launch), as a generic pointer.
     #[inline(always)]
@@ -126,17 +163,40 @@ mod imp {
         unsafe { (*position().warp).barrier.wait() };
     }
     pub fn match_any(value: u32) -> u32 {
+        let (all, lanes) = exchange(value);
+        (0..lanes)
+            .filter(|&l| all[l as usize] == value)
+            .fold(0, |m, l| m | 1 << l)
+    }
+    /// Every lane's `value` of this lane's warp, in lane order (a warp-wide exchange).
+    fn exchange(value: u32) -> ([u32; 32], u32) {
         let here = position();
         // SAFETY: as in `sync_warp`.
         let warp = unsafe { &*here.warp };
         warp.values[(here.thread % 32) as usize].store(value, Ordering::Relaxed);
         warp.barrier.wait();
-        let mask = (0..warp.lanes)
-            .filter(|&lane| warp.values[lane as usize].load(Ordering::Relaxed) == value)
-            .fold(0, |mask, lane| mask | 1 << lane);
+        let mut all = [0; 32];
+        for (lane, v) in all.iter_mut().enumerate().take(warp.lanes as usize) {
+            *v = warp.values[lane].load(Ordering::Relaxed);
+        }
         // No lane may store its next value before every lane has read this one.
         warp.barrier.wait();
-        mask
+        (all, warp.lanes)
+    }
+    pub fn ballot(predicate: bool) -> u32 {
+        let (all, lanes) = exchange(u32::from(predicate));
+        (0..lanes)
+            .filter(|&l| all[l as usize] != 0)
+            .fold(0, |m, l| m | 1 << l)
+    }
+    pub fn redux_add(value: u32) -> u32 {
+        let (all, lanes) = exchange(value);
+        all[..lanes as usize]
+            .iter()
+            .fold(0u32, |s, &v| s.wrapping_add(v))
+    }
+    pub fn opaque(x: u32) -> u32 {
+        x
     }
     pub fn dynamic_shared<T>() -> *mut T {
         position().shared.cast()
@@ -253,6 +313,27 @@ mod tests {
                 want(lanes, t as u32 % 32),
                 "thread {t}"
             );
+        }
+    }
+
+    #[test]
+    fn ballot_and_redux_add_span_a_warp() {
+        // Two warps (the second partial): odd lanes vote; lanes sum their lane numbers.
+        let out: [AtomicU32; 80] = core::array::from_fn(|_| AtomicU32::new(0));
+        launch(1, 40, 0, || {
+            let t = thread_idx_x();
+            let (b, s) = (ballot(t % 2 == 1), redux_add(t % 32));
+            out[2 * t as usize].store(b, Ordering::Relaxed);
+            out[2 * t as usize + 1].store(s, Ordering::Relaxed);
+        });
+        for t in 0..40 {
+            let (b, s) = if t < 32 {
+                (0xaaaa_aaaa, 496)
+            } else {
+                (0xaa, 28)
+            };
+            assert_eq!(out[2 * t].load(Ordering::Relaxed), b, "thread {t}");
+            assert_eq!(out[2 * t + 1].load(Ordering::Relaxed), s, "thread {t}");
         }
     }
 
