@@ -1,8 +1,8 @@
 //! LAPACK-style row swaps (`ipiv`, 0-based) to a permutation, as `lu_pivots_to_permutation`.
 
 use crate::grid::{
-    block_dim_x, block_idx_x, dynamic_shared, global_idx_x, grid_dim_x, grid_size_x, match_any,
-    sync_threads, sync_warp, thread_idx_x,
+    ballot, block_dim_x, block_idx_x, dynamic_shared, global_idx_x, grid_dim_x, grid_size_x,
+    opaque, redux_add, sync_threads, thread_idx_x,
 };
 use crate::launch::LaunchConfig;
 
@@ -154,6 +154,11 @@ pub fn batched_shared_bytes(per_block: u32, k: u32, size: u32) -> u64 {
     4 * (rows(k) + rows(size))
 }
 
+/// Most swaps per thread that [`large_kernel`]'s sort holds in registers: enough for every
+/// launch [`launch_config`] makes (1024 threads when `size > 992`, and `k.min(size) + size`
+/// words in [`SHARED_LIMIT`] keep `k.min(size)` under 20480).
+const ITEMS: usize = 20;
+
 /// Body of `ferrax_lu_pivots_to_permutation_large`: one matrix per block (`block_dim` a
 /// multiple of 32), its pivots and permutation in shared memory ([`large_shared_bytes`]).
 ///
@@ -164,8 +169,10 @@ pub fn batched_shared_bytes(per_block: u32, k: u32, size: u32) -> u64 {
 /// last of which, `last(j)`, leaves `V(last(j))` there; so `V(j)` is the root of the chain
 /// `j -> last(j) -> ...`, found by pointer jumping. Swap `i` takes the value at `q = p[i]`,
 /// which is `V(prev(i))` with `prev(i)` the previous swap with `p = q`, or `q` itself if none.
-/// One warp finds `prev` and `last` walking the swaps 32 at a time (`match_any` groups equal
-/// targets within a step). Pivots that point backwards take a sequential walk instead.
+/// `prev` and `last` come from the swaps sorted by target (stable, so each target's swaps
+/// stay in order): a block-wide radix sort of `p[i] << 16 | i`, `log2(size)` passes of
+/// `O(k / threads)` each. Pivots that point backwards (or launches the sort cannot hold) take
+/// a sequential walk instead.
 ///
 /// # Safety
 /// As [`batched_kernel`].
@@ -179,19 +186,28 @@ pub unsafe fn large_kernel(
 ) {
     let (t, threads) = (thread_idx_x(), block_dim_x());
     // Words 0..3: `changed` flags of the pointer jumping's rounds (one written, one read, one
-    // reset per round); word 3: some pivot points backwards.
+    // reset per round); word 3: some pivot points backwards; words 4..36: the sort's warp
+    // counts.
     let flags = dynamic_shared::<i32>();
     let backwards = flags.add(3);
+    let counts = flags.add(4).cast::<u32>();
     let swaps = k.min(size);
-    // `piv[i]`: the normalized pivot, then where swap `i`'s value comes from: `!q` for the
-    // literal `q`, else a position whose chain root it is.
-    let piv = flags.add(4);
+    // 16-bit targets and indices (with a spare bit, see `link_swaps`), whole warps, and at
+    // most ITEMS swaps a thread in the sort.
+    let sortable = size < 1 << 16
+        && swaps < 1 << 15
+        && threads.is_multiple_of(32)
+        && swaps <= ITEMS as u32 * threads;
+    // `piv[i]`: the normalized pivot `q` (as `q << 16 | i` where `sortable`), then where swap
+    // `i`'s value comes from: `!q` for the literal `q`, else a position whose chain root it is.
+    let piv = flags.add(36);
     // `tab[j]`: `last(j)` (-1 if none), then the chain root (-1 if `j` is its own).
     let tab = piv.add(swaps as usize);
     let root = |j: u32| match *tab.add(j as usize) {
         r if r < 0 => j as i32,
         r => r,
     };
+    let target = |e: i32| if sortable { e as u32 >> 16 } else { e as u32 };
     if t == 0 {
         for w in 0..4 {
             *flags.add(w) = 0;
@@ -203,9 +219,9 @@ pub unsafe fn large_kernel(
         let src = pivots.add((m * u64::from(k)) as usize);
         let mut back = false;
         stage_in(src, swaps, |i, p| {
-            let p = if (p as u32) < size { p } else { i as i32 };
-            *piv.add(i as usize) = p;
-            back |= p < i as i32;
+            let p = if (p as u32) < size { p as u32 } else { i };
+            *piv.add(i as usize) = if sortable { p << 16 | i } else { p } as i32;
+            back |= p < i;
         });
         if back {
             *backwards = 1;
@@ -217,7 +233,7 @@ pub unsafe fn large_kernel(
         }
         sync_threads();
         let dst = permutation.add((m * u64::from(size)) as usize);
-        if *backwards != 0 {
+        if *backwards != 0 || !sortable {
             let mut j = t;
             while j < size {
                 *tab.add(j as usize) = j as i32;
@@ -226,17 +242,16 @@ pub unsafe fn large_kernel(
             sync_threads();
             if t == 0 {
                 for i in 0..swaps as usize {
-                    let (a, b) = (tab.add(i), tab.add(*piv.add(i) as usize));
+                    let (a, b) = (tab.add(i), tab.add(target(*piv.add(i)) as usize));
                     (*a, *b) = (*b, *a);
                 }
             }
             sync_threads();
             stage_out(dst, size, |j| *tab.add(j as usize));
         } else {
-            if t < 32 {
-                walk_swaps(piv, tab, swaps, t);
-            }
-            sync_threads();
+            let bits = u32::BITS - size.saturating_sub(1).leading_zeros();
+            sort_by_target(piv.cast(), swaps, bits, counts);
+            link_swaps(piv, tab, swaps);
             let mut round = 0;
             loop {
                 if t == 0 {
@@ -286,48 +301,136 @@ pub unsafe fn large_kernel(
     }
 }
 
-/// The walk of [`large_kernel`]'s fast path by the 32 lanes of warp 0: for each swap `i`
-/// (32 per step, `match_any` grouping the step's equal targets), `piv[i]` becomes `!q` or the
-/// position whose root is swap `i`'s value, and `tab[q]` ends as `last(q)`.
+/// Where [`sort_by_target`] and [`link_swaps`] put the `count.div_ceil(threads)` words
+/// (`per`) this thread holds: warp `w` holds a run of `32 * per` consecutive words, its lanes
+/// adjacent words (conflict-free shared-memory accesses). Returns (position of the first, lane
+/// mask of the lanes below this one, `per`, how many of its words are below `count`).
 #[inline(always)]
-unsafe fn walk_swaps(piv: *mut i32, tab: *mut i32, swaps: u32, lane: u32) {
-    let mut base = 0;
-    while base < swaps {
-        let i = base + lane;
-        let p = if i < swaps {
-            *piv.add(i as usize)
+fn sort_layout(count: u32) -> (u32, u32, u32, u32) {
+    let (t, threads) = (thread_idx_x(), block_dim_x());
+    let per = count.div_ceil(threads);
+    let lane = t % 32;
+    let first = (t - lane) * per + lane;
+    let valid = per.min(count.saturating_sub(first).div_ceil(32));
+    (first, (1 << lane) - 1, per, valid)
+}
+
+/// Runs `$body` for `$j` in `0..ITEMS`, written out: arrays indexed by `$j` then stay in
+/// registers (LLVM leaves such loops rolled, with the arrays in local memory).
+macro_rules! for_each_item {
+    ($j:ident => $body:block) => {
+        for_each_item!(@ $j $body 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19)
+    };
+    (@ $j:ident $body:block $($n:literal)*) => {{
+        const _: () = assert!([$($n),*].len() == ITEMS);
+        $({
+            let $j: usize = $n;
+            $body
+        })*
+    }};
+}
+
+/// Stable sort of the `count` words at `keys` by their bits `16..16 + bits`: one radix bit a
+/// pass, each thread holding its words in registers between the pass's two block barriers.
+/// `counts` has a word per warp. Needs `count <= ITEMS * threads` and whole warps.
+#[inline(always)]
+unsafe fn sort_by_target(keys: *mut u32, count: u32, bits: u32, counts: *mut u32) {
+    let (first, below, per, valid) = sort_layout(count);
+    let (t, warps) = (thread_idx_x(), block_dim_x() / 32);
+    let (warp, lane) = (t / 32, t % 32);
+    for bit in 16..16 + bits {
+        // This thread's words at `at[32 * j]`, the address recomputed each pass (20 addresses
+        // kept from pass to pass would not fit in 64 registers).
+        let at = keys.add(opaque(first) as usize);
+        let (per, valid) = (opaque(per), opaque(valid));
+        // Words past `count` sort last (all ones) and are never stored.
+        let mut word = [u32::MAX; ITEMS];
+        let mut zeros = 0;
+        for_each_item!(j => {
+            if (j as u32) < per {
+                if (j as u32) < valid {
+                    word[j] = *at.add(32 * j);
+                }
+                zeros += (!ballot(word[j] >> bit & 1 != 0)).count_ones();
+            }
+        });
+        if lane == 0 {
+            *counts.add(warp as usize) = zeros;
+        }
+        sync_threads();
+        let c = if lane < warps {
+            *counts.add(lane as usize)
         } else {
-            i as i32
+            0
         };
-        let swapped = p != i as i32;
-        // No-op swaps match only themselves (valid targets are below 2^31).
-        let group = match_any(if swapped { p as u32 } else { !lane });
-        let below = group & ((1 << lane) - 1);
-        // Read by every lane before any lane writes, in step with the other lanes.
-        let seen = *tab.add(if swapped { p as usize } else { 0 });
-        sync_warp();
-        if swapped && group >> lane == 1 {
-            *tab.add(p as usize) = i as i32;
-        }
-        sync_warp();
-        if i < swaps {
-            *piv.add(i as usize) = if !swapped {
-                i as i32
-            } else if below != 0 {
-                (base + 31 - below.leading_zeros()) as i32
-            } else if seen >= 0 {
-                seen
-            } else {
-                !p
-            };
-        }
-        base += 32;
+        // Zeros in the warps before this one, and in all.
+        let mut zeros_before = redux_add(if lane < warp { c } else { 0 });
+        let all_zeros = redux_add(c);
+        let (first, per, valid) = (opaque(first), opaque(per), opaque(valid));
+        for_each_item!(j => {
+            if (j as u32) < per {
+                let (pos, w) = (first + 32 * j as u32, word[j]);
+                let one = w >> bit & 1 != 0;
+                let zero_lanes = !ballot(one);
+                let before = zeros_before + (zero_lanes & below).count_ones();
+                if (j as u32) < valid {
+                    // Zeros keep their order at the front, ones after them (`pos - before`
+                    // ones come before this word).
+                    let to = if one { all_zeros + pos - before } else { before };
+                    *keys.add(to as usize) = w;
+                }
+                zeros_before += zero_lanes.count_ones();
+            }
+        });
+        sync_threads();
     }
+}
+
+/// From the swaps sorted by target (`q << 16 | i` words at `piv`, each target's swaps in
+/// order), writes `tab[q] = last(q)` and replaces `piv` by [`large_kernel`]'s sources:
+/// `prev(i)`, `!q` for the first swap into `q`, `i` for a no-op swap. Ends at a block barrier.
+#[inline(always)]
+unsafe fn link_swaps(piv: *mut i32, tab: *mut i32, count: u32) {
+    let (first, _, _, valid) = sort_layout(count);
+    let word = |pos: u32| *piv.cast::<u32>().add(pos as usize);
+    // `i << 17 | literal << 16 | source`: every swap's source, held until all have read the
+    // sorted words (`i < 2^15`, `source < 2^16`).
+    let mut source = [0u32; ITEMS];
+    for_each_item!(j => {
+        if (j as u32) < valid {
+            let pos = first + 32 * j as u32;
+            let e = word(pos);
+            let (q, i) = (e >> 16, e & 0xffff);
+            source[j] = i << 17
+                | if q == i {
+                    i
+                } else {
+                    // The target's no-op swap (index `q`, after all others) is not `last(q)`.
+                    let next = if pos + 1 < count { word(pos + 1) } else { u32::MAX };
+                    if next >> 16 != q || next & 0xffff == q {
+                        *tab.add(q as usize) = i as i32;
+                    }
+                    match pos.checked_sub(1).map(word) {
+                        Some(e) if e >> 16 == q => e & 0xffff,
+                        _ => 1 << 16 | q,
+                    }
+                };
+        }
+    });
+    sync_threads();
+    let valid = opaque(valid);
+    for_each_item!(j => {
+        if (j as u32) < valid {
+            let (s, v) = (source[j], (source[j] & 0xffff) as i32);
+            *piv.add((s >> 17) as usize) = if s >> 16 & 1 != 0 { !v } else { v };
+        }
+    });
+    sync_threads();
 }
 
 /// Dynamic shared memory of `ferrax_lu_pivots_to_permutation_large`.
 pub fn large_shared_bytes(k: u32, size: u32) -> u64 {
-    4 * (4 + u64::from(k.min(size)) + u64::from(size))
+    4 * (36 + u64::from(k.min(size)) + u64::from(size))
 }
 
 /// Body of `ferrax_lu_pivots_to_permutation_global`, for matrices too large for shared memory:
@@ -561,6 +664,48 @@ mod tests {
     }
 
     #[test]
+    fn large_kernel_at_the_sort_capacity() {
+        // ITEMS swaps a thread (sorted) and one more (sequential), several warps, and a full
+        // 1024-thread block.
+        let mut rng = Random(4);
+        for (threads, k, size) in [
+            (32, 640, 643),
+            (32, 641, 643),
+            (96, 1920, 1920),
+            (64, 1000, 70_000),
+            (1024, 5000, 5000),
+        ] {
+            for kind in 0..5 {
+                let pivots = pivot_rows(2, k, size, kind, &mut rng);
+                let shared = large_shared_bytes(k as u32, size as u32);
+                check(large_kernel, shared, &pivots, 2, k, size, (1, threads), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn sort_by_target_is_a_stable_sort() {
+        let mut rng = Random(5);
+        for (threads, count, bits) in [(32, 100, 3), (64, 1280, 16), (96, 7, 1), (32, 0, 4)] {
+            let keys: Vec<u32> = (0..count)
+                .map(|i| (rng.below(1 << bits) as u32) << 16 | i)
+                .collect();
+            let mut want = keys.clone();
+            want.sort_by_key(|k| k >> 16);
+            let (mut shared, mut counts) = (Buffer::new(&keys, 0), Buffer::new(&[0u32; 32], 0));
+            let (keys_s, counts_s) = (shared.ptr(), counts.ptr());
+            launch(1, threads, 0, || unsafe {
+                sort_by_target(keys_s as _, count, bits, counts_s as _)
+            });
+            assert_eq!(
+                shared.as_mut_slice(),
+                &want[..],
+                "{threads} threads, {count} keys"
+            );
+        }
+    }
+
+    #[test]
     fn global_kernel_matches_host() {
         let mut rng = Random(3);
         let (batch, k, size) = (9, 20, 25);
@@ -581,7 +726,7 @@ mod tests {
         let one = launch_config(1, 16384, 16384, 132);
         assert_eq!(
             (one.kernel, one.grid, one.block, one.shared_bytes),
-            ("ferrax_lu_pivots_to_permutation_large", 1, 1024, 131088)
+            ("ferrax_lu_pivots_to_permutation_large", 1, 1024, 131216)
         );
         let mid = launch_config(5, 300, 300, 132);
         assert_eq!(
