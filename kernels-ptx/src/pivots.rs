@@ -24,16 +24,52 @@ pub fn pivots_to_permutation(pivots: &[i32], permutation: &mut [i32]) {
     }
 }
 
-/// Shared-memory slot of word `i` of a block of rows: a pad word after every 32 spreads the
-/// threads' walks along their own rows (stride `k` or `size` words) over the banks.
-#[inline(always)]
-fn padded(i: u32) -> u32 {
-    i + (i >> 5)
+/// An entry of the batched kernel's shared-memory rows: a byte where every row index and
+/// `size` (the no-op pivot) fit in one (`size < 256`: a quarter of the shared memory a matrix takes as words, so four times
+/// the matrices, and the threads working on them, an SM holds), else a word.
+trait Slot: Copy {
+    fn pack(v: u32) -> Self;
+    fn unpack(self) -> u32;
+}
+impl Slot for u8 {
+    #[inline(always)]
+    fn pack(v: u32) -> Self {
+        v as u8
+    }
+    #[inline(always)]
+    fn unpack(self) -> u32 {
+        u32::from(self)
+    }
+}
+impl Slot for u32 {
+    #[inline(always)]
+    fn pack(v: u32) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn unpack(self) -> u32 {
+        self
+    }
 }
 
-/// Shared-memory words that hold `n` words at [`padded`] slots.
-const fn padded_len(n: u64) -> u64 {
-    n + n.div_ceil(32)
+/// Whether the batched kernel keeps its rows in bytes (see [`Slot`]).
+#[inline(always)]
+fn byte_slots(size: u32) -> bool {
+    size < 256
+}
+
+/// Shared-memory slot of entry `i` of a block of rows (`bytes`-sized entries): a pad word
+/// after every 128 bytes spreads the threads' walks along their own rows (stride `k` or `size`
+/// entries) over the banks.
+#[inline(always)]
+fn padded(i: u32, bytes: u32) -> u32 {
+    let per_line = 128 / bytes;
+    i + i / per_line * (4 / bytes)
+}
+
+/// Shared-memory bytes that hold `n` entries of `bytes` bytes at [`padded`] slots.
+const fn padded_len(n: u64, bytes: u64) -> u64 {
+    bytes * n + 4 * n.div_ceil(128 / bytes)
 }
 
 /// Reads `count` words of global memory at `src` into `put(index, word)`, the block's threads
@@ -113,26 +149,47 @@ pub unsafe fn batched_kernel(
     k: u32,
     size: u32,
 ) {
+    if byte_slots(size) {
+        batched_rows::<u8>(pivots, permutation, batch, k, size)
+    } else {
+        batched_rows::<u32>(pivots, permutation, batch, k, size)
+    }
+}
+
+/// [`batched_kernel`] with its shared-memory rows of `S` entries.
+#[inline(always)]
+unsafe fn batched_rows<S: Slot>(
+    pivots: *const i32,
+    permutation: *mut i32,
+    batch: u64,
+    k: u32,
+    size: u32,
+) {
     let (t, per_block) = (thread_idx_x(), block_dim_x());
-    let piv_s = dynamic_shared::<i32>();
-    let perm_s = piv_s.add(padded_len(u64::from(per_block * k)) as usize);
-    let at = |base: *mut i32, i: u32| base.add(padded(i) as usize);
+    let bytes = core::mem::size_of::<S>() as u32;
+    let piv_s = dynamic_shared::<u8>();
+    let perm_s = piv_s
+        .add(padded_len(u64::from(per_block * k), u64::from(bytes)).next_multiple_of(4) as usize);
+    let at = |base: *mut u8, i: u32| base.cast::<S>().add(padded(i, bytes) as usize);
     let swaps = k.min(size);
     let mut first = u64::from(block_idx_x()) * u64::from(per_block);
     let step = u64::from(grid_dim_x()) * u64::from(per_block);
     while first < batch {
         let rows = (batch - first).min(u64::from(per_block)) as u32;
         let src = pivots.add((first * u64::from(k)) as usize);
-        stage_in(src, rows * k, |i, p| *at(piv_s, i) = p);
+        // Pivots out of range (negative ones wrap past `size` too) become `size`, a no-op swap
+        // below, which fits a byte slot.
+        stage_in(src, rows * k, |i, p| {
+            *at(piv_s, i) = S::pack((p as u32).min(size))
+        });
         sync_threads();
         if t < rows {
             let (piv, perm) = (t * k, t * size);
             for j in 0..size {
-                *at(perm_s, perm + j) = j as i32;
+                *at(perm_s, perm + j) = S::pack(j);
             }
             for i in 0..swaps {
-                let p = *at(piv_s, piv + i) as u32;
-                // Negative pivots wrap past `size` too.
+                let p = (*at(piv_s, piv + i)).unpack();
                 if p < size {
                     let (a, b) = (at(perm_s, perm + i), at(perm_s, perm + p));
                     (*a, *b) = (*b, *a);
@@ -141,7 +198,7 @@ pub unsafe fn batched_kernel(
         }
         sync_threads();
         let dst = permutation.add((first * u64::from(size)) as usize);
-        stage_out(dst, rows * size, |i| *at(perm_s, i));
+        stage_out(dst, rows * size, |i| (*at(perm_s, i)).unpack() as i32);
         // The next matrices' pivots overwrite the shared memory.
         sync_threads();
         first += step;
@@ -150,8 +207,10 @@ pub unsafe fn batched_kernel(
 
 /// Dynamic shared memory of `ferrax_lu_pivots_to_permutation` with `per_block` threads.
 pub fn batched_shared_bytes(per_block: u32, k: u32, size: u32) -> u64 {
-    let rows = |n: u32| padded_len(u64::from(per_block) * u64::from(n));
-    4 * (rows(k) + rows(size))
+    let bytes = if byte_slots(size) { 1 } else { 4 };
+    let rows = |n: u32| padded_len(u64::from(per_block) * u64::from(n), bytes);
+    // The permutations start at a word boundary.
+    rows(k).next_multiple_of(4) + rows(size)
 }
 
 /// Most swaps per thread that [`large_kernel`]'s sort holds in registers: enough for every
@@ -613,7 +672,18 @@ mod tests {
     #[test]
     fn batched_kernel_matches_host() {
         let mut rng = Random(1);
-        for (k, size) in [(5, 5), (32, 32), (7, 9), (33, 40), (0, 3), (6, 4), (1, 1)] {
+        for (k, size) in [
+            (5, 5),
+            (32, 32),
+            (7, 9),
+            (33, 40),
+            (0, 3),
+            (6, 4),
+            (1, 1),
+            (255, 255),
+            (40, 256),
+            (260, 300),
+        ] {
             for kind in 0..5 {
                 if kind == 1 && size <= k || kind == 2 && size == 0 {
                     continue;
@@ -720,7 +790,14 @@ mod tests {
         let many = launch_config(1 << 20, 32, 32, 132);
         assert_eq!(
             (many.kernel, many.block, many.shared_bytes),
-            ("ferrax_lu_pivots_to_permutation", 128, 33792)
+            ("ferrax_lu_pivots_to_permutation", 128, 8448)
+        );
+        let k128 = launch_config(1 << 16, 128, 128, 132);
+        assert_eq!((k128.block, k128.shared_bytes), (128, 33792));
+        let words = launch_config(1 << 16, 64, 300, 132);
+        assert_eq!(
+            (words.block, words.shared_bytes),
+            (32, 4 * (2048 + 64) + 4 * (9600 + 300))
         );
         assert_eq!(many.grid, 132 * 32);
         let one = launch_config(1, 16384, 16384, 132);
