@@ -55,6 +55,18 @@ mod imp {
         }
         mask
     }
+    /// `__shfl_sync(0xffffffff, value, src)`: lane `src`'s `value`; all 32 lanes must reach it.
+    #[inline(always)]
+    pub fn shfl(value: u32, src: u32) -> u32 {
+        let out: u32;
+        // SAFETY: a warp-wide exchange of registers; callers keep it in uniform control flow.
+        // Not `pure`, so LLVM neither sinks it into a branch nor drops it.
+        unsafe {
+            core::arch::asm!("shfl.sync.idx.b32 {o}, {v}, {s}, 31, -1;", o = out(reg32) out,
+                v = in(reg32) value, s = in(reg32) src, options(nomem, nostack));
+        }
+        out
+    }
     /// Start of the block's dynamic shared memory (sized by the launch), as a generic pointer.
     #[inline(always)]
     pub fn dynamic_shared<T>() -> *mut T {
@@ -137,6 +149,17 @@ mod imp {
         // No lane may store its next value before every lane has read this one.
         warp.barrier.wait();
         mask
+    }
+    pub fn shfl(value: u32, src: u32) -> u32 {
+        let here = position();
+        // SAFETY: as in `sync_warp`.
+        let warp = unsafe { &*here.warp };
+        warp.values[(here.thread % 32) as usize].store(value, Ordering::Relaxed);
+        warp.barrier.wait();
+        let out = warp.values[(src % warp.lanes) as usize].load(Ordering::Relaxed);
+        // No lane may store its next value before every lane has read this one.
+        warp.barrier.wait();
+        out
     }
     pub fn dynamic_shared<T>() -> *mut T {
         position().shared.cast()
