@@ -383,6 +383,7 @@ unsafe fn load_chunk<T: Elem>(
 /// this lane's column: each entry is rotated with the residual `s`, which then drops the row.
 #[inline(always)]
 unsafe fn apply_chunk<T: Elem>(
+    hoist: bool,
     x: &[T; CHUNK],
     base: *mut T,
     n: usize,
@@ -392,22 +393,45 @@ unsafe fn apply_chunk<T: Elem>(
     s: &mut T,
 ) {
     let n = warp::opaque(n);
-    unroll!(m in [0 1 2 3 4 5 6 7] => {
-        let row = c * CHUNK + m;
-        if row < end {
-            let k = coef.add(3 * row);
-            // α is real: read only its real part (the first field of a complex).
-            let (p, alpha, beta) = (*k, *k.add(1).cast::<T::Real>(), *k.add(2));
-            *base.add(row * n) = T::rotate(x[m], alpha, beta, *s);
-            *s = s.sub_conj_mul(x[m], p);
-        }
-    });
+    // α is real: read only its real part (the first field of a complex).
+    let load = |row: usize| {
+        let at = coef.add(3 * row);
+        (*at, *at.add(1).cast::<T::Real>(), *at.add(2))
+    };
+    if hoist {
+        // Every coefficient load before the first store: LLVM keeps generic loads after
+        // earlier generic stores, so interleaved, each row waits a full L2 latency.
+        let mut k = [(T::ZERO, <T::Real as Real>::ZERO, T::ZERO); CHUNK];
+        unroll!(m in [0 1 2 3 4 5 6 7] => {
+            if c * CHUNK + m < end {
+                k[m] = load(c * CHUNK + m);
+            }
+        });
+        unroll!(m in [0 1 2 3 4 5 6 7] => {
+            let row = c * CHUNK + m;
+            if row < end {
+                let (p, alpha, beta) = k[m];
+                *base.add(row * n) = T::rotate(x[m], alpha, beta, *s);
+                *s = s.sub_conj_mul(x[m], p);
+            }
+        });
+    } else {
+        unroll!(m in [0 1 2 3 4 5 6 7] => {
+            let row = c * CHUNK + m;
+            if row < end {
+                let (p, alpha, beta) = load(row);
+                *base.add(row * n) = T::rotate(x[m], alpha, beta, *s);
+                *s = s.sub_conj_mul(x[m], p);
+            }
+        });
+    }
 }
 
 /// Applies rows `0..end` of a 32-row block (coefficients at `coef`) to this lane's column,
 /// streaming chunks; `first` is chunk 0, already loaded.
 #[inline(always)]
 unsafe fn apply_block<T: Elem>(
+    hoist: bool,
     first: [T; CHUNK],
     base: *mut T,
     n: usize,
@@ -422,7 +446,7 @@ unsafe fn apply_block<T: Elem>(
         } else {
             cur
         };
-        apply_chunk(&cur, base, n, c, end, coef, s);
+        apply_chunk(hoist, &cur, base, n, c, end, coef, s);
         cur = next;
     }
 }
@@ -433,6 +457,10 @@ trait Exchange {
     /// shortens `large`'s flag-to-flag hops a little (n = 4096: f64 -5%, c128 -13%) but
     /// slows the batched `small` kernel by 10-20%, whose latency other warps already hide.
     const PREFETCH: bool;
+    /// Whether to load a chunk's coefficients before applying any of its rows. It shortens
+    /// `large`'s panel chain (coefficients in L2: one latency per chunk, not per row); `small`
+    /// reads shared memory with other warps hiding the latency, where registers matter more.
+    const HOIST: bool;
     /// Returns once panel `block`'s coefficients are readable.
     unsafe fn wait(&self, block: usize);
     /// Makes this warp's coefficient writes for panel `q` readable (by the warp, and for
@@ -444,6 +472,7 @@ trait Exchange {
 struct Local;
 impl Exchange for Local {
     const PREFETCH: bool = false;
+    const HOIST: bool = false;
     #[inline(always)]
     unsafe fn wait(&self, _block: usize) {}
     #[inline(always)]
@@ -459,6 +488,7 @@ struct Global {
 }
 impl Exchange for Global {
     const PREFETCH: bool = true;
+    const HOIST: bool = true;
     #[inline(always)]
     unsafe fn wait(&self, block: usize) {
         let flag = self.flags.add(block);
@@ -517,7 +547,8 @@ unsafe fn panel<T: Elem, X: Exchange>(
         }
         exchange.wait(blk);
         if active {
-            apply_block(first, base, n, WARP, coef.add(3 * blk * WARP), &mut s);
+            let coef = coef.add(3 * blk * WARP);
+            apply_block(X::HOIST, first, base, n, WARP, coef, &mut s);
         }
     }
 
@@ -590,7 +621,7 @@ unsafe fn panel<T: Elem, X: Exchange>(
     if active {
         s = s_start;
         let first = load_chunk(base, n, 0, l, true);
-        apply_block(first, base, n, l, coef.add(3 * k0), &mut s);
+        apply_block(X::HOIST, first, base, n, l, coef.add(3 * k0), &mut s);
         *base.add(l * n) = diagonal;
     }
 }
