@@ -451,6 +451,34 @@ unsafe fn apply_block<T: Elem>(
     }
 }
 
+/// The residual update of a full 32-row block alone (as [`apply_block`] does it, without the
+/// rotations and their stores); `first` is chunk 0, already loaded.
+#[inline(always)]
+unsafe fn residual_block<T: Elem>(
+    first: [T; CHUNK],
+    base: *const T,
+    n: usize,
+    coef: *const T,
+    s: &mut T,
+) {
+    let mut cur = first;
+    for c in 0..warp::opaque(WARP / CHUNK) {
+        let next = if c + 1 < WARP / CHUNK {
+            load_chunk(base, n, c + 1, WARP - 1, true)
+        } else {
+            cur
+        };
+        let mut p = [T::ZERO; CHUNK];
+        unroll!(m in [0 1 2 3 4 5 6 7] => {
+            p[m] = *coef.add(3 * (c * CHUNK + m));
+        });
+        unroll!(m in [0 1 2 3 4 5 6 7] => {
+            *s = s.sub_conj_mul(cur[m], p[m]);
+        });
+        cur = next;
+    }
+}
+
 /// How a panel waits for earlier panels' coefficients and publishes its own.
 trait Exchange {
     /// Whether to pull the next row block into L2 before waiting. Measured on an H200: it
@@ -461,6 +489,9 @@ trait Exchange {
     /// `large`'s panel chain (coefficients in L2: one latency per chunk, not per row); `small`
     /// reads shared memory with other warps hiding the latency, where registers matter more.
     const HOIST: bool;
+    /// Whether to store the last row block's rotations only after publishing: the publishing
+    /// fence waits for this lane's outstanding stores, which then are old ones only.
+    const DEFER: bool;
     /// Returns once panel `block`'s coefficients are readable.
     unsafe fn wait(&self, block: usize);
     /// Makes this warp's coefficient writes for panel `q` readable (by the warp, and for
@@ -473,6 +504,7 @@ struct Local;
 impl Exchange for Local {
     const PREFETCH: bool = false;
     const HOIST: bool = false;
+    const DEFER: bool = false;
     #[inline(always)]
     unsafe fn wait(&self, _block: usize) {}
     #[inline(always)]
@@ -489,6 +521,7 @@ struct Global {
 impl Exchange for Global {
     const PREFETCH: bool = true;
     const HOIST: bool = true;
+    const DEFER: bool = true;
     #[inline(always)]
     unsafe fn wait(&self, block: usize) {
         let flag = self.flags.add(block);
@@ -531,6 +564,7 @@ unsafe fn panel<T: Elem, X: Exchange>(
     let j = q * WARP + l;
     let active = j < n;
     let mut s = if active { *w.add(j) } else { T::ZERO };
+    let mut deferred_s = s;
 
     // Row blocks above the diagonal: all 32 rows exist (32(blk+1) <= 32q < n).
     for blk in 0..q {
@@ -548,7 +582,12 @@ unsafe fn panel<T: Elem, X: Exchange>(
         exchange.wait(blk);
         if active {
             let coef = coef.add(3 * blk * WARP);
-            apply_block(X::HOIST, first, base, n, WARP, coef, &mut s);
+            if X::DEFER && blk + 1 == q {
+                deferred_s = s;
+                residual_block(first, base, n, coef, &mut s);
+            } else {
+                apply_block(X::HOIST, first, base, n, WARP, coef, &mut s);
+            }
         }
     }
 
@@ -617,6 +656,21 @@ unsafe fn panel<T: Elem, X: Exchange>(
     }
     exchange.publish(q);
 
+    if X::DEFER && q > 0 && active {
+        // Block q-1's rotations, replaying its residual (same operations, same bits).
+        let (blk, mut s) = (q - 1, deferred_s);
+        let base = r.add(blk * WARP * n + j);
+        let first = load_chunk(base, n, 0, WARP - 1, true);
+        apply_block(
+            X::HOIST,
+            first,
+            base,
+            n,
+            WARP,
+            coef.add(3 * blk * WARP),
+            &mut s,
+        );
+    }
     // Apply the block's rotations to this column, replaying the residual from the block start.
     if active {
         s = s_start;
