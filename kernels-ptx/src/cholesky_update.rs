@@ -31,7 +31,8 @@
 //! global counter, so a warp only ever waits on panels that running warps own (no
 //! co-residency assumption), with coefficients and flags in the scratch buffer.
 //!
-//! Measured on an H200 (kernel only): batched `small` reaches 40-79% of the 4.13 TB/s copy
+//! Measured on an H200 (kernel only), before `grouped` and `large`'s hoisted coefficient loads
+//! and deferred stores (not measured yet): batched `small` reaches 40-79% of the 4.13 TB/s copy
 //! bandwidth (f64 n=128 x 16384: 0.78 ms, 68%); `large` at n=4096 f64 takes 1.2 ms (jaxlib:
 //! 20.7 ms), bound by ~9 us per 32-row hop of the panel chain, not by bandwidth.
 
@@ -381,6 +382,7 @@ unsafe fn load_chunk<T: Elem>(
 
 /// Applies the published rotations of rows `8c..8c+8` (those below `end`) to the chunk `x` of
 /// this lane's column: each entry is rotated with the residual `s`, which then drops the row.
+#[allow(clippy::too_many_arguments)] // all scalars of one inlined step
 #[inline(always)]
 unsafe fn apply_chunk<T: Elem>(
     hoist: bool,
