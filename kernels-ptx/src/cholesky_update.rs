@@ -18,15 +18,21 @@
 //! on `k`). For a real `R_kk < 0` the row is also multiplied by `-1`, as jaxlib's `c = r / R_kk`
 //! does, so the new diagonal is non-negative. Only the real part of the diagonal is read.
 //!
-//! Work is split in panels of 32 columns, one warp per panel, a lane per column. Panel `q`
-//! walks its row blocks `0..q` applying published `(p, α, β)`, then solves its diagonal block
-//! (one lane per row, results broadcast by shuffles), publishes that block's coefficients and
-//! applies them. `small` runs all panels of a matrix in one warp (coefficients in shared
+//! For `n <= 32`, `grouped` gives each matrix `G` lanes (`G` = 4, 8, 16 or 32, a lane per
+//! column, `32 / G` matrices per warp) holding their columns in registers: one round of loads,
+//! `n` dependent shuffle steps for `p`, each lane's own row coefficients, then `n`
+//! independent steps applying them.
+//!
+//! Larger orders are split in panels of 32 columns, one warp per panel, a lane per column.
+//! Panel `q` walks its row blocks `0..q` applying published `(p, α, β)`, then solves its
+//! diagonal block (one lane per row, results broadcast by shuffles), publishes that block's
+//! coefficients and applies them. `small` runs all panels of a matrix in one warp (coefficients in shared
 //! memory, batched small matrices); `large` hands panels to warps in ticket order from a
 //! global counter, so a warp only ever waits on panels that running warps own (no
 //! co-residency assumption), with coefficients and flags in the scratch buffer.
 //!
-//! Measured on an H200 (kernel only): batched `small` reaches 40-79% of the 4.13 TB/s copy
+//! Measured on an H200 (kernel only), before `grouped` and `large`'s hoisted coefficient loads
+//! and deferred stores (not measured yet): batched `small` reaches 40-79% of the 4.13 TB/s copy
 //! bandwidth (f64 n=128 x 16384: 0.78 ms, 68%); `large` at n=4096 f64 takes 1.2 ms (jaxlib:
 //! 20.7 ms), bound by ~9 us per 32-row hop of the panel chain, not by bandwidth.
 
@@ -52,6 +58,7 @@ pub trait Real:
     + Mul<Output = Self>
     + Div<Output = Self>
     + Neg<Output = Self>
+    + Words
 {
     const ZERO: Self;
     const ONE: Self;
@@ -375,8 +382,10 @@ unsafe fn load_chunk<T: Elem>(
 
 /// Applies the published rotations of rows `8c..8c+8` (those below `end`) to the chunk `x` of
 /// this lane's column: each entry is rotated with the residual `s`, which then drops the row.
+#[allow(clippy::too_many_arguments)] // all scalars of one inlined step
 #[inline(always)]
 unsafe fn apply_chunk<T: Elem>(
+    hoist: bool,
     x: &[T; CHUNK],
     base: *mut T,
     n: usize,
@@ -386,22 +395,45 @@ unsafe fn apply_chunk<T: Elem>(
     s: &mut T,
 ) {
     let n = warp::opaque(n);
-    unroll!(m in [0 1 2 3 4 5 6 7] => {
-        let row = c * CHUNK + m;
-        if row < end {
-            let k = coef.add(3 * row);
-            // α is real: read only its real part (the first field of a complex).
-            let (p, alpha, beta) = (*k, *k.add(1).cast::<T::Real>(), *k.add(2));
-            *base.add(row * n) = T::rotate(x[m], alpha, beta, *s);
-            *s = s.sub_conj_mul(x[m], p);
-        }
-    });
+    // α is real: read only its real part (the first field of a complex).
+    let load = |row: usize| {
+        let at = coef.add(3 * row);
+        (*at, *at.add(1).cast::<T::Real>(), *at.add(2))
+    };
+    if hoist {
+        // Every coefficient load before the first store: LLVM keeps generic loads after
+        // earlier generic stores, so interleaved, each row waits a full L2 latency.
+        let mut k = [(T::ZERO, <T::Real as Real>::ZERO, T::ZERO); CHUNK];
+        unroll!(m in [0 1 2 3 4 5 6 7] => {
+            if c * CHUNK + m < end {
+                k[m] = load(c * CHUNK + m);
+            }
+        });
+        unroll!(m in [0 1 2 3 4 5 6 7] => {
+            let row = c * CHUNK + m;
+            if row < end {
+                let (p, alpha, beta) = k[m];
+                *base.add(row * n) = T::rotate(x[m], alpha, beta, *s);
+                *s = s.sub_conj_mul(x[m], p);
+            }
+        });
+    } else {
+        unroll!(m in [0 1 2 3 4 5 6 7] => {
+            let row = c * CHUNK + m;
+            if row < end {
+                let (p, alpha, beta) = load(row);
+                *base.add(row * n) = T::rotate(x[m], alpha, beta, *s);
+                *s = s.sub_conj_mul(x[m], p);
+            }
+        });
+    }
 }
 
 /// Applies rows `0..end` of a 32-row block (coefficients at `coef`) to this lane's column,
 /// streaming chunks; `first` is chunk 0, already loaded.
 #[inline(always)]
 unsafe fn apply_block<T: Elem>(
+    hoist: bool,
     first: [T; CHUNK],
     base: *mut T,
     n: usize,
@@ -416,7 +448,35 @@ unsafe fn apply_block<T: Elem>(
         } else {
             cur
         };
-        apply_chunk(&cur, base, n, c, end, coef, s);
+        apply_chunk(hoist, &cur, base, n, c, end, coef, s);
+        cur = next;
+    }
+}
+
+/// The residual update of a full 32-row block alone (as [`apply_block`] does it, without the
+/// rotations and their stores); `first` is chunk 0, already loaded.
+#[inline(always)]
+unsafe fn residual_block<T: Elem>(
+    first: [T; CHUNK],
+    base: *const T,
+    n: usize,
+    coef: *const T,
+    s: &mut T,
+) {
+    let mut cur = first;
+    for c in 0..warp::opaque(WARP / CHUNK) {
+        let next = if c + 1 < WARP / CHUNK {
+            load_chunk(base, n, c + 1, WARP - 1, true)
+        } else {
+            cur
+        };
+        let mut p = [T::ZERO; CHUNK];
+        unroll!(m in [0 1 2 3 4 5 6 7] => {
+            p[m] = *coef.add(3 * (c * CHUNK + m));
+        });
+        unroll!(m in [0 1 2 3 4 5 6 7] => {
+            *s = s.sub_conj_mul(cur[m], p[m]);
+        });
         cur = next;
     }
 }
@@ -427,6 +487,13 @@ trait Exchange {
     /// shortens `large`'s flag-to-flag hops a little (n = 4096: f64 -5%, c128 -13%) but
     /// slows the batched `small` kernel by 10-20%, whose latency other warps already hide.
     const PREFETCH: bool;
+    /// Whether to load a chunk's coefficients before applying any of its rows. It shortens
+    /// `large`'s panel chain (coefficients in L2: one latency per chunk, not per row); `small`
+    /// reads shared memory with other warps hiding the latency, where registers matter more.
+    const HOIST: bool;
+    /// Whether to store the last row block's rotations only after publishing: the publishing
+    /// fence waits for this lane's outstanding stores, which then are old ones only.
+    const DEFER: bool;
     /// Returns once panel `block`'s coefficients are readable.
     unsafe fn wait(&self, block: usize);
     /// Makes this warp's coefficient writes for panel `q` readable (by the warp, and for
@@ -438,6 +505,8 @@ trait Exchange {
 struct Local;
 impl Exchange for Local {
     const PREFETCH: bool = false;
+    const HOIST: bool = false;
+    const DEFER: bool = false;
     #[inline(always)]
     unsafe fn wait(&self, _block: usize) {}
     #[inline(always)]
@@ -453,6 +522,8 @@ struct Global {
 }
 impl Exchange for Global {
     const PREFETCH: bool = true;
+    const HOIST: bool = true;
+    const DEFER: bool = true;
     #[inline(always)]
     unsafe fn wait(&self, block: usize) {
         let flag = self.flags.add(block);
@@ -495,6 +566,7 @@ unsafe fn panel<T: Elem, X: Exchange>(
     let j = q * WARP + l;
     let active = j < n;
     let mut s = if active { *w.add(j) } else { T::ZERO };
+    let mut deferred_s = s;
 
     // Row blocks above the diagonal: all 32 rows exist (32(blk+1) <= 32q < n).
     for blk in 0..q {
@@ -511,7 +583,13 @@ unsafe fn panel<T: Elem, X: Exchange>(
         }
         exchange.wait(blk);
         if active {
-            apply_block(first, base, n, WARP, coef.add(3 * blk * WARP), &mut s);
+            let coef = coef.add(3 * blk * WARP);
+            if X::DEFER && blk + 1 == q {
+                deferred_s = s;
+                residual_block(first, base, n, coef, &mut s);
+            } else {
+                apply_block(X::HOIST, first, base, n, WARP, coef, &mut s);
+            }
         }
     }
 
@@ -580,11 +658,26 @@ unsafe fn panel<T: Elem, X: Exchange>(
     }
     exchange.publish(q);
 
+    if X::DEFER && q > 0 && active {
+        // Block q-1's rotations, replaying its residual (same operations, same bits).
+        let (blk, mut s) = (q - 1, deferred_s);
+        let base = r.add(blk * WARP * n + j);
+        let first = load_chunk(base, n, 0, WARP - 1, true);
+        apply_block(
+            X::HOIST,
+            first,
+            base,
+            n,
+            WARP,
+            coef.add(3 * blk * WARP),
+            &mut s,
+        );
+    }
     // Apply the block's rotations to this column, replaying the residual from the block start.
     if active {
         s = s_start;
         let first = load_chunk(base, n, 0, l, true);
-        apply_block(first, base, n, l, coef.add(3 * k0), &mut s);
+        apply_block(X::HOIST, first, base, n, l, coef.add(3 * k0), &mut s);
         *base.add(l * n) = diagonal;
     }
 }
@@ -684,6 +777,111 @@ pub unsafe fn large<T: Elem>(r: *mut T, w: *mut T, n: u32, batch: u64, scratch: 
     }
 }
 
+/// `T`, moved between lanes one 32-bit word at a time.
+#[inline(always)]
+fn shfl<T: Words>(v: T, src: u32) -> T {
+    v.map_words(|x| grid::shfl(x, src))
+}
+
+/// Group widths of [`grouped`]: the order `n` rounds up to one of these.
+pub const GROUPS: [usize; 4] = [4, 8, 16, 32];
+
+/// Matrices of order `n <= G` (`G` a power of two, at most 32): `G` lanes per matrix (lane =
+/// column), `32 / G` matrices per warp, each lane's column in registers, so a matrix costs
+/// one round of loads, `n` dependent shuffle steps and `n` independent ones. Warps take
+/// consecutive matrices (their rows are adjacent in memory) and grid-stride over the batch.
+///
+/// # Safety
+/// `r` and `w` hold `batch` contiguous `n x n` matrices and `n`-vectors; blocks are a multiple
+/// of 32 threads.
+// The unrolled loops' last residual update is never read.
+#[allow(unused_assignments)]
+#[inline(always)]
+pub unsafe fn grouped<T: Elem, const G: usize>(r: *mut T, w: *mut T, n: u32, batch: u64) {
+    let n = n as usize;
+    if n == 0 || n > G {
+        return;
+    }
+    let lane = grid::thread_idx_x() % 32;
+    let l = (lane as usize) % G;
+    let lead = lane - l as u32;
+    let per_block = grid::block_dim_x() as u64 / G as u64;
+    let stride = grid::grid_dim_x() as u64 * per_block;
+    let mut b = grid::block_idx_x() as u64 * per_block + (grid::thread_idx_x() as u64 / G as u64);
+    // The warp's first matrix: the loop condition must be the same in all 32 lanes.
+    let mut first = b - (lead as u64 / G as u64);
+    let (one, zero) = (<T::Real as Real>::ONE, <T::Real as Real>::ZERO);
+    while first < batch {
+        let active = b < batch && l < n;
+        // Row offsets from an opaque `n`: otherwise LLVM hoists all G of them out of the loop
+        // and keeps them live (64-bit each) for the whole kernel.
+        let nn = warp::opaque(n);
+        let col = r.add(b as usize * n * n + l);
+        let mut x = [T::ZERO; G];
+        // All loads first: a matrix then costs one memory latency.
+        unroll!(i in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31] => {
+            if i < G && active && i <= l {
+                x[i] = *col.add(i * nn);
+            }
+        });
+        let (a, s0) = if active {
+            ((*col.add(l * nn)).re(), *w.add(b as usize * n + l))
+        } else {
+            (one, T::ZERO)
+        };
+        let inv_a = if active { one / a } else { zero };
+
+        // Forward substitution: at step i lane i's residual is final and gives p_i; every lane
+        // tracks t^2 (same operations, same bits) and keeps its own row's t before/after.
+        let mut s = s0;
+        let (mut my_p, mut tsq, mut t0sq, mut t1sq) = (T::ZERO, one, one, one);
+        unroll!(i in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31] => {
+            if i < G && i < n {
+                let p = shfl(s.scale(inv_a), lead + i as u32);
+                if l == i {
+                    my_p = p;
+                    t0sq = tsq;
+                }
+                tsq = tsq + p.norm_sqr();
+                if l == i {
+                    t1sq = tsq;
+                }
+                if i < l {
+                    s = s.sub_conj_mul(x[i], p);
+                }
+            }
+        });
+
+        // This lane's row: α (sign included) and β = p γ with γ = sign / (t0 t1).
+        let (t0, t1) = (t0sq.sqrt(), t1sq.sqrt());
+        let sign = if a < zero { -one } else { one };
+        let alpha = sign * t0 / t1;
+        let gamma = sign / (t0 * t1);
+        let diagonal = T::from_real(a.abs() * t1 / t0);
+
+        // Rotate the column's entries above the diagonal, replaying the residual. Addresses
+        // from a fresh opaque `n`, so that the load phase's G addresses are not kept live
+        // through the forward pass.
+        let nn = warp::opaque(n);
+        s = s0;
+        unroll!(i in [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31] => {
+            if i < G && i < n {
+                let src = lead + i as u32;
+                let (p, alpha, gamma) = (shfl(my_p, src), shfl(alpha, src), shfl(gamma, src));
+                if active && i < l {
+                    *col.add(i * nn) = T::rotate(x[i], alpha, p.scale(gamma), s);
+                    s = s.sub_conj_mul(x[i], p);
+                }
+            }
+        });
+        if active {
+            *col.add(l * nn) = diagonal;
+        }
+        b += stride;
+        first += stride;
+    }
+}
+
 fn suffix(kind: ScalarKind) -> usize {
     match kind {
         ScalarKind::F32 => 0,
@@ -699,6 +897,35 @@ const SMALL: [&str; 4] = [
     "ferrax_cholesky_update_small_c64",
     "ferrax_cholesky_update_small_c128",
 ];
+/// [`grouped`] entries by group width (as [`GROUPS`]), then scalar kind.
+const GROUPED: [[&str; 4]; 4] = [
+    [
+        "ferrax_cholesky_update_g4_f32",
+        "ferrax_cholesky_update_g4_f64",
+        "ferrax_cholesky_update_g4_c64",
+        "ferrax_cholesky_update_g4_c128",
+    ],
+    [
+        "ferrax_cholesky_update_g8_f32",
+        "ferrax_cholesky_update_g8_f64",
+        "ferrax_cholesky_update_g8_c64",
+        "ferrax_cholesky_update_g8_c128",
+    ],
+    [
+        "ferrax_cholesky_update_g16_f32",
+        "ferrax_cholesky_update_g16_f64",
+        "ferrax_cholesky_update_g16_c64",
+        "ferrax_cholesky_update_g16_c128",
+    ],
+    [
+        "ferrax_cholesky_update_g32_f32",
+        "ferrax_cholesky_update_g32_f64",
+        "ferrax_cholesky_update_g32_c64",
+        "ferrax_cholesky_update_g32_c128",
+    ],
+];
+/// Threads per [`grouped`] block.
+const GROUPED_BLOCK: u32 = 128;
 const LARGE: [&str; 4] = [
     "ferrax_cholesky_update_large_f32",
     "ferrax_cholesky_update_large_f64",
@@ -707,9 +934,9 @@ const LARGE: [&str; 4] = [
 ];
 
 /// The launch for `batch` updates of order `n` on a device with `multiprocessors` SMs, and
-/// the scratch bytes to zero before it. Batches that fill the GPU with one warp per matrix
-/// (and fit shared memory) take `small`; otherwise `large` spreads each matrix's panels over
-/// warps.
+/// the scratch bytes to zero before it. `n <= 32` takes `grouped` (G lanes per matrix);
+/// larger batches that fill the GPU with one warp per matrix (and fit shared memory) take
+/// `small`; otherwise `large` spreads each matrix's panels over warps.
 pub fn launch_config(
     kind: ScalarKind,
     n: u32,
@@ -717,6 +944,20 @@ pub fn launch_config(
     multiprocessors: u32,
 ) -> (LaunchConfig, usize) {
     let sms = multiprocessors.max(1) as u64;
+    if let Some(g) = GROUPS.iter().position(|&g| n as usize <= g) {
+        let per_block = (GROUPED_BLOCK as usize / GROUPS[g]) as u64;
+        // Enough blocks for every matrix, up to 64 warps per SM (the rest grid-stride).
+        let blocks = batch
+            .div_ceil(per_block)
+            .clamp(1, 64 * 32 / GROUPED_BLOCK as u64 * sms);
+        let config = LaunchConfig {
+            kernel: GROUPED[g][suffix(kind)],
+            grid: blocks as u32,
+            block: GROUPED_BLOCK,
+            shared_bytes: 0,
+        };
+        return (config, 0);
+    }
     let fits_small = small_shared_bytes(kind, n, 1) <= SHARED_LIMIT;
     if fits_small && (n as usize <= WARP || batch >= 8 * sms) {
         let warps_per_block = [4u32, 2, 1]
@@ -877,7 +1118,15 @@ mod tests {
         z.norm_sqr().sqrt()
     }
 
-    fn run<T: TestElem>(large_kernel: bool, n: usize, batch: usize, seed: u64) {
+    #[derive(Clone, Copy, Debug)]
+    enum Kernel {
+        Small,
+        Large,
+        /// [`grouped`] of this width, on 2 blocks of 2 warps (the batch grid-strides).
+        Grouped(usize),
+    }
+
+    fn run<T: TestElem>(kernel: Kernel, n: usize, batch: usize, seed: u64) {
         let (r0, w0) = inputs::<T>(n, batch, seed);
         let (mut r, mut w) = (r0.clone(), w0.clone());
         let (rp, wp) = (Ptr(r.as_mut_ptr()), Ptr(w.as_mut_ptr()));
@@ -887,17 +1136,31 @@ mod tests {
             (true, false) => ScalarKind::C64,
             (true, true) => ScalarKind::C128,
         };
-        if large_kernel {
-            let mut scratch =
-                std::vec![0u128; large_scratch_bytes(kind, n as u32, batch as u64).div_ceil(16)];
-            let sp = Ptr(scratch.as_mut_ptr().cast::<u8>());
-            grid::launch(2, 32, SLOT_BYTES, || unsafe {
-                large::<T>(rp.get(), wp.get(), n as u32, batch as u64, sp.get())
-            });
-        } else {
-            grid::launch(2, 32, small_shared_bytes(kind, n as u32, 1), || unsafe {
-                small::<T>(rp.get(), wp.get(), n as u32, batch as u64)
-            });
+        let (n32, b64) = (n as u32, batch as u64);
+        match kernel {
+            Kernel::Large => {
+                let mut scratch =
+                    std::vec![0u128; large_scratch_bytes(kind, n32, b64).div_ceil(16)];
+                let sp = Ptr(scratch.as_mut_ptr().cast::<u8>());
+                grid::launch(2, 32, SLOT_BYTES, || unsafe {
+                    large::<T>(rp.get(), wp.get(), n32, b64, sp.get())
+                });
+            }
+            Kernel::Small => {
+                grid::launch(2, 32, small_shared_bytes(kind, n32, 1), || unsafe {
+                    small::<T>(rp.get(), wp.get(), n32, b64)
+                });
+            }
+            Kernel::Grouped(g) => grid::launch(2, 64, 0, || unsafe {
+                let (r, w) = (rp.get(), wp.get());
+                match g {
+                    4 => grouped::<T, 4>(r, w, n32, b64),
+                    8 => grouped::<T, 8>(r, w, n32, b64),
+                    16 => grouped::<T, 16>(r, w, n32, b64),
+                    32 => grouped::<T, 32>(r, w, n32, b64),
+                    _ => unreachable!("group width {g}"),
+                }
+            }),
         }
         let tol = 50.0 * T::EPS;
         for b in 0..batch {
@@ -937,25 +1200,54 @@ mod tests {
         }
     }
 
-    fn all_dtypes(large_kernel: bool, n: usize, batch: usize, seed: u64) {
-        run::<f32>(large_kernel, n, batch, seed);
-        run::<f64>(large_kernel, n, batch, seed + 1);
-        run::<Complex<f32>>(large_kernel, n, batch, seed + 2);
-        run::<Complex<f64>>(large_kernel, n, batch, seed + 3);
+    fn all_dtypes(kernel: Kernel, n: usize, batch: usize, seed: u64) {
+        run::<f32>(kernel, n, batch, seed);
+        run::<f64>(kernel, n, batch, seed + 1);
+        run::<Complex<f32>>(kernel, n, batch, seed + 2);
+        run::<Complex<f64>>(kernel, n, batch, seed + 3);
     }
 
     #[test]
     fn small_kernel_matches_reference() {
         // Within a panel, a partial last panel, exact multiples, batch above the warp count.
         for (n, batch) in [(1, 3), (5, 4), (32, 2), (45, 3), (64, 1), (70, 2)] {
-            all_dtypes(false, n, batch, 0x9e37_79b9_7f4a_7c15 ^ n as u64);
+            all_dtypes(Kernel::Small, n, batch, 0x9e37_79b9_7f4a_7c15 ^ n as u64);
         }
     }
 
     #[test]
     fn large_kernel_matches_reference() {
         for (n, batch) in [(1, 2), (7, 1), (32, 1), (33, 2), (96, 1), (100, 2)] {
-            all_dtypes(true, n, batch, 0x2545_f491_4f6c_dd1d ^ n as u64);
+            all_dtypes(Kernel::Large, n, batch, 0x2545_f491_4f6c_dd1d ^ n as u64);
+        }
+    }
+
+    #[test]
+    fn grouped_kernel_matches_reference() {
+        // The launch grid-strides over 4 warps; batches leave groups, warps and blocks partly
+        // filled, or need several rounds; n below and at each width.
+        for (g, n, batches) in [
+            (4, 1, &[0, 1, 37][..]),
+            (4, 3, &[5, 40]),
+            (4, 4, &[33]),
+            (8, 5, &[3]),
+            (8, 8, &[1, 19]),
+            (16, 16, &[2, 9]),
+            (32, 3, &[2]),
+            (32, 17, &[5]),
+            (32, 32, &[1, 6]),
+        ] {
+            for &batch in batches {
+                all_dtypes(Kernel::Grouped(g), n, batch, 0x51_7cc1_b727_220a ^ n as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn grouped_kernel_handles_every_order_up_to_its_width() {
+        for n in 1..=32 {
+            let g = GROUPS.into_iter().find(|&g| n <= g).unwrap();
+            run::<f64>(Kernel::Grouped(g), n, 3, 0x1234 ^ n as u64);
         }
     }
 
@@ -963,8 +1255,12 @@ mod tests {
     fn negative_diagonal_gives_the_positive_factor() {
         // Flipping row signs leaves R^T R unchanged; the update still returns the factor with
         // a positive diagonal (jaxlib's c = r / R_kk does the same).
-        let n = 40;
-        for large_kernel in [false, true] {
+        for (kernel, n) in [
+            (Kernel::Small, 40),
+            (Kernel::Large, 40),
+            (Kernel::Grouped(32), 29),
+            (Kernel::Grouped(8), 7),
+        ] {
             let (mut r, mut w) = inputs::<f64>(n, 1, 77);
             let mut expected = r.clone();
             let mut w_expected = w.clone();
@@ -982,10 +1278,12 @@ mod tests {
                 32,
                 small_shared_bytes(ScalarKind::F64, n as u32, 1),
                 || unsafe {
-                    if large_kernel {
-                        large::<f64>(rp.get(), wp.get(), n as u32, 1, sp.get())
-                    } else {
-                        small::<f64>(rp.get(), wp.get(), n as u32, 1)
+                    let (r, w, n) = (rp.get(), wp.get(), n as u32);
+                    match kernel {
+                        Kernel::Large => large::<f64>(r, w, n, 1, sp.get()),
+                        Kernel::Small => small::<f64>(r, w, n, 1),
+                        Kernel::Grouped(8) => grouped::<f64, 8>(r, w, n, 1),
+                        Kernel::Grouped(_) => grouped::<f64, 32>(r, w, n, 1),
                     }
                 },
             );
@@ -1014,6 +1312,9 @@ mod tests {
             small::<f64>(rp.get(), wp.get(), 2, 0);
             large::<f64>(rp.get(), wp.get(), 0, 3, sp.get());
             large::<f64>(rp.get(), wp.get(), 2, 0, sp.get());
+            grouped::<f64, 4>(rp.get(), wp.get(), 0, 3);
+            grouped::<f64, 4>(rp.get(), wp.get(), 2, 0);
+            grouped::<f64, 32>(rp.get(), wp.get(), 2, 0);
         });
         assert_eq!((r, w), ([1.0; 4], [1.0; 2]));
     }
@@ -1060,5 +1361,21 @@ mod tests {
             .0
             .kernel
             .contains("small"));
+        // n <= 32: the narrowest group that holds n.
+        for (n, name) in [
+            (1, "g4"),
+            (4, "g4"),
+            (5, "g8"),
+            (16, "g16"),
+            (17, "g32"),
+            (32, "g32"),
+        ] {
+            for batch in [0, 1, 1 << 20] {
+                let (c, scratch) = launch_config(ScalarKind::C64, n, batch, 132);
+                assert_eq!(c.kernel, std::format!("ferrax_cholesky_update_{name}_c64"));
+                assert_eq!((scratch, c.shared_bytes, c.block), (0, 0, GROUPED_BLOCK));
+                assert!(c.grid >= 1 && c.grid as u64 <= 16 * 132);
+            }
+        }
     }
 }

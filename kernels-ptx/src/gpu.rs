@@ -209,3 +209,38 @@ cholesky_update_entries! {
     ferrax_cholesky_update_small_c64, ferrax_cholesky_update_large_c64: num_complex::Complex<f32>;
     ferrax_cholesky_update_small_c128, ferrax_cholesky_update_large_c128: num_complex::Complex<f64>;
 }
+
+// `cholesky_update` for n <= G: G lanes per matrix (`cholesky_update::grouped`).
+macro_rules! cholesky_update_grouped {
+    ($($name:ident: $t:ty, $g:literal;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            r: *mut $t,
+            w: *mut $t,
+            n: u32,
+            batch: u64,
+            _scratch: *mut u8,
+        ) {
+            crate::cholesky_update::grouped::<$t, $g>(r, w, n, batch)
+        }
+    )*};
+}
+
+cholesky_update_grouped! {
+    ferrax_cholesky_update_g4_f32: f32, 4;
+    ferrax_cholesky_update_g8_f32: f32, 8;
+    ferrax_cholesky_update_g16_f32: f32, 16;
+    ferrax_cholesky_update_g32_f32: f32, 32;
+    ferrax_cholesky_update_g4_f64: f64, 4;
+    ferrax_cholesky_update_g8_f64: f64, 8;
+    ferrax_cholesky_update_g16_f64: f64, 16;
+    ferrax_cholesky_update_g32_f64: f64, 32;
+    ferrax_cholesky_update_g4_c64: num_complex::Complex<f32>, 4;
+    ferrax_cholesky_update_g8_c64: num_complex::Complex<f32>, 8;
+    ferrax_cholesky_update_g16_c64: num_complex::Complex<f32>, 16;
+    ferrax_cholesky_update_g32_c64: num_complex::Complex<f32>, 32;
+    ferrax_cholesky_update_g4_c128: num_complex::Complex<f64>, 4;
+    ferrax_cholesky_update_g8_c128: num_complex::Complex<f64>, 8;
+    ferrax_cholesky_update_g16_c128: num_complex::Complex<f64>, 16;
+    ferrax_cholesky_update_g32_c128: num_complex::Complex<f64>, 32;
+}

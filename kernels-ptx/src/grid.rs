@@ -92,6 +92,18 @@ mod imp {
         }
         y
     }
+    /// `__shfl_sync(0xffffffff, value, src)`: lane `src`'s `value`; all 32 lanes must reach it.
+    #[inline(always)]
+    pub fn shfl(value: u32, src: u32) -> u32 {
+        let out: u32;
+        // SAFETY: a warp-wide exchange of registers; callers keep it in uniform control flow.
+        // Not `pure`, so LLVM neither sinks it into a branch nor drops it.
+        unsafe {
+            core::arch::asm!("shfl.sync.idx.b32 {o}, {v}, {s}, 31, -1;", o = out(reg32) out,
+                v = in(reg32) value, s = in(reg32) src, options(nomem, nostack));
+        }
+        out
+    }
     /// Start of the block's dynamic shared memory (sized by the launch), as a generic pointer.
     #[inline(always)]
     pub fn dynamic_shared<T>() -> *mut T {
@@ -197,6 +209,10 @@ mod imp {
     }
     pub fn opaque(x: u32) -> u32 {
         x
+    }
+    pub fn shfl(value: u32, src: u32) -> u32 {
+        let (all, lanes) = exchange(value);
+        all[(src % lanes) as usize]
     }
     pub fn dynamic_shared<T>() -> *mut T {
         position().shared.cast()
