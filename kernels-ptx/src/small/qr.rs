@@ -127,8 +127,10 @@ fn nrm2<T: QrScalar, const W: usize>(x: &[T; W], lo: usize, m: u32) -> T::Real {
             big = if im > big { im } else { big };
         }
     });
-    if big == zero || !(big < <T::Real as Real>::INFINITY) {
-        return big; // all zero, or an infinity (a NaN part left the plain sum NaN: below)
+    if big == zero || big == <T::Real as Real>::INFINITY {
+        // All zero, or an infinity (big is never NaN: the comparisons above skip NaN parts,
+        // which leave the scaled sum below NaN).
+        return big;
     }
     let p = big.recip_pow2();
     let mut ssq = zero;
