@@ -174,6 +174,60 @@ mod small_entries {
         ferrax_potrf_small_c128_block = potrf_block::<C128>);
 }
 
+/// Batched small Householder QR (`crate::small::qr`): `geqrf` entries `(a, tau, m, n, batch)`
+/// and `orgqr`/`ungqr` entries `(a, tau, m, n, k, batch)`, one per element type and `W`;
+/// `qr::geqrf_launch` / `qr::orgqr_launch` pick one.
+macro_rules! small_qr {
+    ($t:ty: $($w:literal: $geqrf:ident, $orgqr:ident;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $geqrf(a: *mut $t, tau: *mut $t, m: u32, n: u32, batch: u64) {
+            crate::small::qr::geqrf_rows::<$t, $w>(a, tau, m, n, batch)
+        }
+
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $orgqr(
+            a: *mut $t, tau: *const $t, m: u32, n: u32, k: u32, batch: u64,
+        ) {
+            crate::small::qr::orgqr_rows::<$t, $w>(a, tau, m, n, k, batch)
+        }
+    )*};
+}
+
+mod small_qr_entries {
+    use num_complex::Complex;
+    type C64 = Complex<f32>;
+    type C128 = Complex<f64>;
+
+    small_qr!(f32: 4: ferrax_geqrf_small_f32_w4, ferrax_orgqr_small_f32_w4;
+        8: ferrax_geqrf_small_f32_w8, ferrax_orgqr_small_f32_w8;
+        16: ferrax_geqrf_small_f32_w16, ferrax_orgqr_small_f32_w16;
+        32: ferrax_geqrf_small_f32_w32, ferrax_orgqr_small_f32_w32;);
+    small_qr!(f64: 4: ferrax_geqrf_small_f64_w4, ferrax_orgqr_small_f64_w4;
+        8: ferrax_geqrf_small_f64_w8, ferrax_orgqr_small_f64_w8;
+        16: ferrax_geqrf_small_f64_w16, ferrax_orgqr_small_f64_w16;
+        32: ferrax_geqrf_small_f64_w32, ferrax_orgqr_small_f64_w32;);
+    small_qr!(C64: 4: ferrax_geqrf_small_c64_w4, ferrax_orgqr_small_c64_w4;
+        8: ferrax_geqrf_small_c64_w8, ferrax_orgqr_small_c64_w8;
+        16: ferrax_geqrf_small_c64_w16, ferrax_orgqr_small_c64_w16;
+        32: ferrax_geqrf_small_c64_w32, ferrax_orgqr_small_c64_w32;);
+    small_qr!(C128: 4: ferrax_geqrf_small_c128_w4, ferrax_orgqr_small_c128_w4;
+        8: ferrax_geqrf_small_c128_w8, ferrax_orgqr_small_c128_w8;
+        16: ferrax_geqrf_small_c128_w16, ferrax_orgqr_small_c128_w16;);
+    // No c128 geqrf at W = 32: its 32 columns of 16 bytes plus xLARFG's temporaries exceed 255
+    // registers (ptxas spills); `qr::geqrf_launch` refuses those sizes.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn ferrax_orgqr_small_c128_w32(
+        a: *mut C128,
+        tau: *const C128,
+        m: u32,
+        n: u32,
+        k: u32,
+        batch: u64,
+    ) {
+        crate::small::qr::orgqr_rows::<C128, 32>(a, tau, m, n, k, batch)
+    }
+}
+
 // Rank-1 Cholesky update (`cholesky_update`): `small` (one warp per matrix) and `large`
 // (panels of a matrix spread over warps); the host picks one with
 // `cholesky_update::launch_config`.

@@ -300,27 +300,36 @@ unsafe fn shfl<T: Shfl>(v: T, src: u32, _exchange: *mut u8) -> T {
 /// consecutive elements (coalesced).
 #[inline(always)]
 unsafe fn stage_in<T: Copy>(global: *const T, shared: *mut T, total: u32, m: u32) {
-    stage::<T, true>(global as *mut T, shared, total, m)
+    stage::<T, true>(global as *mut T, shared, total, m, m + 1)
 }
 
 /// The reverse of [`stage_in`].
 #[inline(always)]
 unsafe fn stage_out<T: Copy>(global: *mut T, shared: *const T, total: u32, m: u32) {
-    stage::<T, false>(global, shared as *mut T, total, m)
+    stage::<T, false>(global, shared as *mut T, total, m, m + 1)
 }
 
+/// Global ↔ shared copy of whole matrices with columns padded to `ld ≥ m` elements (`IN`: to
+/// shared). [`stage_in`] / [`stage_out`] use `ld = m + 1`; the QR kernels, whose lanes read
+/// columns, need an odd `ld`.
 #[inline(always)]
-unsafe fn stage<T: Copy, const IN: bool>(global: *mut T, shared: *mut T, total: u32, m: u32) {
+unsafe fn stage<T: Copy, const IN: bool>(
+    global: *mut T,
+    shared: *mut T,
+    total: u32,
+    m: u32,
+    ld: u32,
+) {
     let (t, nb) = (thread_idx_x(), block_dim_x());
     if t >= total {
         return;
     }
-    // Element e sits in (global) column e / m, row e % m, so at e + e / m once padded; the
-    // quotient advances incrementally instead of dividing per element.
-    let (step_col, step_row) = (nb / m, nb % m);
+    // Element e sits in (global) column e / m, row e % m, so at e + (ld - m)·(e / m) once
+    // padded; the quotient advances incrementally instead of dividing per element.
+    let (step_col, step_row, pad) = (nb / m, nb % m, ld - m);
     let (mut e, mut col, mut row) = (t, t / m, t % m);
     while e < total {
-        let (g, s) = (global.add(e as usize), shared.add((e + col) as usize));
+        let (g, s) = (global.add(e as usize), shared.add((e + col * pad) as usize));
         if IN {
             *s = *g;
         } else {
@@ -338,7 +347,12 @@ unsafe fn stage<T: Copy, const IN: bool>(global: *mut T, shared: *mut T, total: 
 
 /// Shared bytes of `matrices` padded `m×n` matrices, rounded up to 16.
 const fn staged_bytes(matrices: u32, m: u32, n: u32, size: usize) -> usize {
-    (matrices as usize * n as usize * (m as usize + 1) * size).div_ceil(16) * 16
+    padded_bytes(matrices, m + 1, n, size)
+}
+
+/// Shared bytes of `matrices` matrices of `n` columns of `ld` elements, rounded up to 16.
+const fn padded_bytes(matrices: u32, ld: u32, n: u32, size: usize) -> usize {
+    (matrices as usize * n as usize * ld as usize * size).div_ceil(16) * 16
 }
 
 /// The pivot key of LAPACK's `IxAMAX` made order-independent: `IxAMAX` returns the first index
@@ -960,6 +974,8 @@ pub fn potrf_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig
         shared_bytes: shared as u32,
     })
 }
+
+pub mod qr;
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]
 mod tests;

@@ -6,7 +6,7 @@ use std::vec;
 use std::vec::Vec;
 
 /// Element types under test: their kind, random values and an exact comparison.
-trait TestScalar: Scalar + core::fmt::Debug + Send + Sync {
+pub(super) trait TestScalar: Scalar + core::fmt::Debug + Send + Sync {
     const KIND: ScalarKind;
     const EPS: f64;
     fn from_parts(re: f64, im: f64) -> Self;
@@ -75,9 +75,9 @@ impl TestScalar for Complex<f64> {
 }
 
 /// xorshift64 values in ±[0.05, 1), never zero.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 impl Rng {
-    fn unit(&mut self) -> f64 {
+    pub(super) fn unit(&mut self) -> f64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -88,16 +88,16 @@ impl Rng {
             -x
         }
     }
-    fn value<T: TestScalar>(&mut self) -> T {
+    pub(super) fn value<T: TestScalar>(&mut self) -> T {
         T::from_parts(self.unit(), self.unit())
     }
-    fn matrices<T: TestScalar>(&mut self, len: usize) -> Vec<T> {
+    pub(super) fn matrices<T: TestScalar>(&mut self, len: usize) -> Vec<T> {
         (0..len).map(|_| self.value()).collect()
     }
 }
 
 #[derive(Clone, Copy)]
-struct Ptr<T>(*mut T);
+pub(super) struct Ptr<T>(pub(super) *mut T);
 unsafe impl<T> Send for Ptr<T> {}
 unsafe impl<T> Sync for Ptr<T> {}
 
@@ -239,7 +239,7 @@ fn reference_potrf<T: Scalar>(a: &mut [T], n: usize, lower: bool) -> i32 {
     0
 }
 
-fn assert_same<T: TestScalar>(got: &[T], want: &[T], what: &str) {
+pub(super) fn assert_same<T: TestScalar>(got: &[T], want: &[T], what: &str) {
     for (e, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(g.same(*w), "{what}: element {e}: {g:?} != {w:?}");
     }

@@ -1,0 +1,555 @@
+//! Batched small Householder QR in LAPACK's formats: `geqrf` (R above the diagonal, the
+//! reflectors below it, `tau`) and `orgqr`/`ungqr` (the first `n` columns of Q from them),
+//! column-major matrices back to back as in the parent module.
+//!
+//! One shape, **columns** (`max(m, n) ≤ 32`): a group of `W` lanes per matrix, lane `j` holding
+//! column `j` in registers. Unlike LU, every reduction of a Householder step runs down a
+//! column (the norm of the pivot column, the `vᴴ·A(:, j)` of each trailing column), so with a
+//! column per lane they are sequential sums inside one lane, in the order of LAPACK's
+//! reference `xNRM2`/`xGEMV`/`xGER`; the only traffic is broadcasting the reflector (one
+//! shuffle per element). The results equal a sequential `xGEQR2`/`xORG2R` bit for bit (the
+//! tests check this); they differ from an optimized LAPACK or cuSOLVER by rounding only.
+
+use super::{dynamic_shared, padded_bytes, shfl, stage, Real, Scalar, Variant, MAX_SHARED_BYTES};
+use crate::grid::{block_dim_x, block_idx_x, sync_threads, thread_idx_x};
+use crate::launch::{LaunchConfig, ScalarKind};
+use core::ops::Neg;
+use num_complex::Complex;
+
+/// What `xLARFG` needs of the real type beyond [`Real`].
+pub trait QrReal: Real {
+    /// `xLAMCH('S') / xLAMCH('E')`: below it `xLARFG` rescales (`|beta|` too small for
+    /// `1 / (alpha - beta)`).
+    const LARFG_SAFMIN: Self;
+    /// `1 / LARFG_SAFMIN`.
+    const LARFG_RSAFMN: Self;
+    /// `xLAMCH('O')`, the largest finite value.
+    const HUGE: Self;
+    /// `|self|` with the sign of `s` (Fortran's `SIGN`, honouring -0).
+    fn copysign(self, s: Self) -> Self;
+    /// An exact power of two `p` with `x·p` in about `[1, 2)` for a finite `x > 0`; clamped to
+    /// the normal range, so `x·p` may be smaller for subnormal or tiny `x`.
+    fn recip_pow2(self) -> Self;
+}
+
+impl QrReal for f32 {
+    const LARFG_SAFMIN: Self = f32::MIN_POSITIVE / (f32::EPSILON * 0.5); // 2^-102
+    const LARFG_RSAFMN: Self = 1.0 / Self::LARFG_SAFMIN;
+    const HUGE: Self = f32::MAX;
+    #[inline(always)]
+    fn copysign(self, s: Self) -> Self {
+        f32::from_bits(self.to_bits() & 0x7fff_ffff | s.to_bits() & 0x8000_0000)
+    }
+    #[inline(always)]
+    fn recip_pow2(self) -> Self {
+        let e = ((self.to_bits() >> 23) & 0xff) as i32 - 127;
+        f32::from_bits(((127 - e.clamp(-126, 126)) as u32) << 23)
+    }
+}
+
+impl QrReal for f64 {
+    const LARFG_SAFMIN: Self = f64::MIN_POSITIVE / (f64::EPSILON * 0.5); // 2^-969
+    const LARFG_RSAFMN: Self = 1.0 / Self::LARFG_SAFMIN;
+    const HUGE: Self = f64::MAX;
+    #[inline(always)]
+    fn copysign(self, s: Self) -> Self {
+        f64::from_bits(self.to_bits() & !(1 << 63) | s.to_bits() & 1 << 63)
+    }
+    #[inline(always)]
+    fn recip_pow2(self) -> Self {
+        let e = ((self.to_bits() >> 52) & 0x7ff) as i64 - 1023;
+        f64::from_bits(((1023 - e.clamp(-1022, 1022)) as u64) << 52)
+    }
+}
+
+/// The element types of the QR kernels: what the real and complex `xLARFG` tell apart.
+pub trait QrScalar: Scalar<Real: QrReal> + Neg<Output = Self> {
+    const COMPLEX: bool;
+    fn im(self) -> Self::Real;
+    fn from_re_im(re: Self::Real, im: Self::Real) -> Self;
+}
+
+macro_rules! qr_scalar {
+    ($t:ty) => {
+        impl QrScalar for $t {
+            const COMPLEX: bool = false;
+            #[inline(always)]
+            fn im(self) -> $t {
+                0.0
+            }
+            #[inline(always)]
+            fn from_re_im(re: $t, _: $t) -> Self {
+                re
+            }
+        }
+        impl QrScalar for Complex<$t> {
+            const COMPLEX: bool = true;
+            #[inline(always)]
+            fn im(self) -> $t {
+                self.im
+            }
+            #[inline(always)]
+            fn from_re_im(re: $t, im: $t) -> Self {
+                Complex::new(re, im)
+            }
+        }
+    };
+}
+qr_scalar!(f32);
+qr_scalar!(f64);
+
+/// `xNRM2` of `x[lo..m]` (`lo` a constant after inlining): the plain sum of squares of the
+/// parts in order (Blue's algorithm for mid-range values, LAPACK ≥ 3.10); when that
+/// overflows or underflows, the sum again with the parts scaled by an exact power of two.
+#[inline(always)]
+fn nrm2<T: QrScalar, const W: usize>(x: &[T; W], lo: usize, m: u32) -> T::Real {
+    let zero = <T::Real as Real>::ZERO;
+    let mut ssq = zero;
+    unrolled!(r in 0..W, {
+        if r >= lo && (r as u32) < m {
+            let (re, im) = (x[r].re(), x[r].im());
+            ssq = ssq + re * re;
+            if T::COMPLEX {
+                ssq = ssq + im * im;
+            }
+        }
+    });
+    let tiny = <T::Real as Real>::SAFE_MIN * <T::Real as Real>::UNDERFLOW_LIFT;
+    if ssq >= tiny && ssq < <T::Real as Real>::INFINITY {
+        return ssq.sqrt();
+    }
+    // Rare (and lane-local: no shuffles, so divergence is harmless).
+    let mut big = zero;
+    unrolled!(r in 0..W, {
+        if r >= lo && (r as u32) < m {
+            let (re, im) = (x[r].re().abs(), x[r].im().abs());
+            big = if re > big { re } else { big };
+            big = if im > big { im } else { big };
+        }
+    });
+    if big == zero || big == <T::Real as Real>::INFINITY {
+        // All zero, or an infinity (big is never NaN: the comparisons above skip NaN parts,
+        // which leave the scaled sum below NaN).
+        return big;
+    }
+    let p = big.recip_pow2();
+    let mut ssq = zero;
+    unrolled!(r in 0..W, {
+        if r >= lo && (r as u32) < m {
+            let (re, im) = (x[r].re() * p, x[r].im() * p);
+            ssq = ssq + re * re;
+            if T::COMPLEX {
+                ssq = ssq + im * im;
+            }
+        }
+    });
+    ssq.sqrt() / p
+}
+
+/// `xLAPY2(x, y)` (real) or `xLAPY3(x, y, z)` (complex): `sqrt(x² + y² + z²)` without
+/// unnecessary overflow, in LAPACK's formulas.
+#[inline(always)]
+fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
+    let (zero, one) = (<T::Real as Real>::ZERO, <T::Real as Real>::ONE);
+    let huge = <T::Real as QrReal>::HUGE;
+    if !T::COMPLEX {
+        // xLAPY2(x, z).
+        if x.is_nan() {
+            return x;
+        }
+        if z.is_nan() {
+            return z;
+        }
+        let (xa, za) = (x.abs(), z.abs());
+        let (w, v) = if xa < za { (za, xa) } else { (xa, za) };
+        if v == zero || w > huge {
+            return w;
+        }
+        let q = v / w;
+        return w * (one + q * q).sqrt();
+    }
+    let (xa, ya, za) = (x.abs(), y.abs(), z.abs());
+    let w = if xa < ya { ya } else { xa };
+    let w = if w < za { za } else { w };
+    if w == zero || w > huge {
+        return xa + ya + za;
+    }
+    let (p, q, r) = (xa / w, ya / w, za / w);
+    w * (p * p + q * q + r * r).sqrt()
+}
+
+/// `xLARFG` on the column `x[i..m]` (`alpha = x[i]`; `i` a constant after inlining): leaves
+/// `beta` in `x[i]`, `v` below it, and returns `tau`.
+#[inline(always)]
+fn larfg<T: QrScalar, const W: usize>(x: &mut [T; W], i: usize, m: u32) -> T {
+    let zero = <T::Real as Real>::ZERO;
+    // DLARFG returns for a column of one element (N ≤ 1); ZLARFG still makes it real.
+    if !T::COMPLEX && i as u32 + 1 >= m {
+        return T::ZERO;
+    }
+    let mut xnorm = nrm2(x, i + 1, m);
+    let (mut alphr, mut alphi) = (x[i].re(), x[i].im());
+    if xnorm == zero && alphi == zero {
+        return T::ZERO; // H = I
+    }
+    let mut beta = -lapy::<T>(alphr, alphi, xnorm).copysign(alphr);
+    let (safmin, rsafmn) = (
+        <T::Real as QrReal>::LARFG_SAFMIN,
+        <T::Real as QrReal>::LARFG_RSAFMN,
+    );
+    let mut knt = 0;
+    if beta.abs() < safmin {
+        // xNORM, BETA may be inaccurate; scale X and recompute them.
+        loop {
+            knt += 1;
+            unrolled!(r in 0..W, {
+                if r > i && (r as u32) < m {
+                    x[r] = x[r].scale(rsafmn);
+                }
+            });
+            beta = beta * rsafmn;
+            alphi = alphi * rsafmn;
+            alphr = alphr * rsafmn;
+            if !(beta.abs() < safmin && knt < 20) {
+                break;
+            }
+        }
+        xnorm = nrm2(x, i + 1, m);
+        beta = -lapy::<T>(alphr, alphi, xnorm).copysign(alphr);
+    }
+    let tau = T::from_re_im((beta - alphr) / beta, -alphi / beta);
+    let alpha = T::from_re_im(alphr, alphi);
+    // DSCAL by ONE / (ALPHA - BETA); ZSCAL by ZLADIV(ONE, ALPHA - BETA).
+    let s = T::ONE.quotient(alpha - T::from_real(beta));
+    unrolled!(r in 0..W, {
+        if r > i && (r as u32) < m {
+            x[r] = s * x[r];
+        }
+    });
+    for _ in 0..knt {
+        beta = beta * safmin;
+    }
+    x[i] = T::from_real(beta);
+    tau
+}
+
+/// Elements of the reflector kept in registers by the lanes that apply it: all of it while the
+/// copy fits (then each element is shuffled once per step); else it is shuffled again for the
+/// update (c128 at `W = 32`, whose column alone takes 128 registers).
+const fn keep_reflector<T>(w: usize) -> bool {
+    core::mem::size_of::<T>() * w <= 256
+}
+
+/// `xLARF('Left')` of the reflector held by lane `i` of the group (`v = x[i+1..m]` there, with
+/// an implicit 1 at `i`) and `tau_l` to this lane's column `x[i..m]` when `apply`:
+/// `w = Σ conj(x[r])·v[r]` (xGEMV, in order), then `x[r] += v[r]·(-tau_l·conj(w))` (xGER/xGERC,
+/// skipped for `w = 0`). Every lane of the warp must call it (shuffles).
+#[inline(always)]
+unsafe fn larf_left<T: QrScalar, const W: usize>(
+    x: &mut [T; W],
+    i: usize,
+    m: u32,
+    tau_l: T,
+    apply: bool,
+    src: u32,
+    ex: *mut u8,
+) {
+    let keep = keep_reflector::<T>(W);
+    let mut v = [T::ZERO; W];
+    let mut w = T::ZERO;
+    unrolled!(r in 0..W, {
+        if r >= i && (r as u32) < m {
+            let vr = if r == i { T::ONE } else { shfl(x[r], src, ex) };
+            if keep {
+                v[r] = vr;
+            }
+            w = w + x[r].conj() * vr;
+        }
+    });
+    // Uniform per group (tau is), so the shuffles below stay out of divergent branches when
+    // they run at all.
+    let temp = -tau_l * w.conj();
+    let apply = apply && tau_l != T::ZERO && w != T::ZERO;
+    unrolled!(r in 0..W, {
+        if r >= i && (r as u32) < m {
+            let vr = if r == i {
+                T::ONE
+            } else if keep {
+                v[r]
+            } else {
+                shfl(x[r], src, ex)
+            };
+            if apply {
+                x[r] = x[r] + vr * temp;
+            }
+        }
+    });
+}
+
+/// The padded column length: odd, so that the lanes of a group reading their columns' `r`-th
+/// elements hit distinct banks.
+const fn ld(m: u32) -> u32 {
+    (m + 1) | 1
+}
+
+/// `xGEQR2` of the `m×n` matrices (`max(m, n) ≤ W`), `W` lanes per matrix, lane = column.
+///
+/// # Safety
+/// `a` holds `batch·m·n` elements, `tau` `batch·min(m, n)`; the launch is [`geqrf_launch`]'s.
+pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(
+    a: *mut T,
+    tau: *mut T,
+    m: u32,
+    n: u32,
+    batch: u64,
+) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    let groups = nb / W as u32;
+    let (g, lane) = (t / W as u32, t % W as u32);
+    let lead = t - lane;
+    let first = block_idx_x() as u64 * groups as u64;
+    if first >= batch {
+        return; // the whole block: no barrier is left waiting
+    }
+    let count = (batch - first).min(groups as u64) as u32;
+    let (mn, ld, kmin) = (m * n, ld(m), m.min(n));
+    let shared = dynamic_shared::<T>();
+    let ex = shared
+        .cast::<u8>()
+        .add(padded_bytes(groups, ld, n, core::mem::size_of::<T>()));
+    let global = a.add((first * mn as u64) as usize);
+    stage::<T, true>(global, shared, count * mn, m, ld);
+    sync_threads();
+
+    // Lanes past n and groups past the batch's end run on zeros (their shuffles pair with
+    // live lanes') and store nothing.
+    let live = g < count && lane < n;
+    let mine = shared.add(((g * n + lane) * ld) as usize);
+    let mut col = [T::ZERO; W];
+    unrolled!(r in 0..W, {
+        if live && (r as u32) < m {
+            col[r] = *mine.add(r);
+        }
+    });
+
+    let mut my_tau = T::ZERO;
+    unrolled!(i in 0..W, {
+        if (i as u32) < kmin {
+            if lane == i as u32 {
+                my_tau = larfg(&mut col, i, m);
+            }
+            let ti = shfl(my_tau, lead + i as u32, ex);
+            // ZGEQR2 applies H(i)ᴴ: xLARF with conj(tau).
+            larf_left(&mut col, i, m, ti.conj(), lane > i as u32, lead + i as u32, ex);
+        }
+    });
+
+    if live {
+        unrolled!(r in 0..W, {
+            if (r as u32) < m {
+                *mine.add(r) = col[r];
+            }
+        });
+    }
+    if g < count && lane < kmin {
+        *tau.add(((first + g as u64) * kmin as u64 + lane as u64) as usize) = my_tau;
+    }
+    sync_threads();
+    stage::<T, false>(global, shared, count * mn, m, ld);
+}
+
+/// `xORG2R`/`xUNG2R`: the first `n` columns of `Q = H(0)·…·H(k-1)` from `geqrf`'s reflectors
+/// (`k ≤ n ≤ m ≤ W`), `W` lanes per matrix, lane = column.
+///
+/// # Safety
+/// `a` holds `batch·m·n` elements, `tau` `batch·k`; the launch is [`orgqr_launch`]'s.
+pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
+    a: *mut T,
+    tau: *const T,
+    m: u32,
+    n: u32,
+    k: u32,
+    batch: u64,
+) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    let groups = nb / W as u32;
+    let (g, lane) = (t / W as u32, t % W as u32);
+    let lead = t - lane;
+    let first = block_idx_x() as u64 * groups as u64;
+    if first >= batch {
+        return;
+    }
+    let count = (batch - first).min(groups as u64) as u32;
+    let (mn, ld) = (m * n, ld(m));
+    let shared = dynamic_shared::<T>();
+    let ex = shared
+        .cast::<u8>()
+        .add(padded_bytes(groups, ld, n, core::mem::size_of::<T>()));
+    let global = a.add((first * mn as u64) as usize);
+    stage::<T, true>(global, shared, count * mn, m, ld);
+    sync_threads();
+
+    let live = g < count && lane < n;
+    let mine = shared.add(((g * n + lane) * ld) as usize);
+    let mut col = [T::ZERO; W];
+    // Columns k.. start as those of the identity; the others hold their reflectors.
+    let reflector = lane < k;
+    unrolled!(r in 0..W, {
+        if (r as u32) < m {
+            col[r] = if reflector {
+                if live { *mine.add(r) } else { T::ZERO }
+            } else if r as u32 == lane {
+                T::ONE
+            } else {
+                T::ZERO
+            };
+        }
+    });
+    let my_tau = if g < count && reflector {
+        *tau.add(((first + g as u64) * k as u64 + lane as u64) as usize)
+    } else {
+        T::ZERO
+    };
+
+    unrolled!(s in 0..W, {
+        let i = W - 1 - s;
+        if (i as u32) < k {
+            let ti = shfl(my_tau, lead + i as u32, ex);
+            larf_left(&mut col, i, m, ti, lane > i as u32, lead + i as u32, ex);
+            if lane == i as u32 {
+                let minus = -ti;
+                unrolled!(r in 0..W, {
+                    if (r as u32) < m {
+                        col[r] = if r > i {
+                            minus * col[r]
+                        } else if r == i {
+                            T::ONE - ti
+                        } else {
+                            T::ZERO
+                        };
+                    }
+                });
+            }
+        }
+    });
+
+    if live {
+        unrolled!(r in 0..W, {
+            if (r as u32) < m {
+                *mine.add(r) = col[r];
+            }
+        });
+    }
+    sync_threads();
+    stage::<T, false>(global, shared, count * mn, m, ld);
+}
+
+/// `(W, grid, block, shared bytes)` of the QR kernels for `m×n` matrices, `threads` per block
+/// (`None`: 128, fewer while the staged matrices exceed 48 KiB). The host emulation needs
+/// [`super::HOST_EXCHANGE_BYTES_PER_THREAD`] more shared bytes per thread.
+pub fn plan(
+    kind: ScalarKind,
+    m: u32,
+    n: u32,
+    batch: u64,
+    threads: Option<u32>,
+) -> Option<(u32, u32, u32, usize)> {
+    let Variant::Rows(w) = Variant::for_size(m.max(n))? else {
+        return None;
+    };
+    let size = kind.bytes();
+    let mut threads = threads.unwrap_or(128);
+    while threads > 32 && padded_bytes(threads / w, ld(m), n, size) > MAX_SHARED_BYTES {
+        threads /= 2;
+    }
+    let shared = padded_bytes(threads / w, ld(m), n, size);
+    if shared > MAX_SHARED_BYTES {
+        return None;
+    }
+    let grid = u32::try_from(batch.div_ceil((threads / w) as u64))
+        .ok()
+        .filter(|&g| g <= i32::MAX as u32)?;
+    Some((w, grid, threads, shared))
+}
+
+macro_rules! names {
+    ($op:literal) => {
+        [
+            [
+                concat!("ferrax_", $op, "_small_f32_w4"),
+                concat!("ferrax_", $op, "_small_f32_w8"),
+                concat!("ferrax_", $op, "_small_f32_w16"),
+                concat!("ferrax_", $op, "_small_f32_w32"),
+            ],
+            [
+                concat!("ferrax_", $op, "_small_f64_w4"),
+                concat!("ferrax_", $op, "_small_f64_w8"),
+                concat!("ferrax_", $op, "_small_f64_w16"),
+                concat!("ferrax_", $op, "_small_f64_w32"),
+            ],
+            [
+                concat!("ferrax_", $op, "_small_c64_w4"),
+                concat!("ferrax_", $op, "_small_c64_w8"),
+                concat!("ferrax_", $op, "_small_c64_w16"),
+                concat!("ferrax_", $op, "_small_c64_w32"),
+            ],
+            [
+                concat!("ferrax_", $op, "_small_c128_w4"),
+                concat!("ferrax_", $op, "_small_c128_w8"),
+                concat!("ferrax_", $op, "_small_c128_w16"),
+                concat!("ferrax_", $op, "_small_c128_w32"),
+            ],
+        ]
+    };
+}
+const GEQRF_NAMES: [[&str; 4]; 4] = names!("geqrf");
+const ORGQR_NAMES: [[&str; 4]; 4] = names!("orgqr");
+
+fn launch(
+    table: &[[&'static str; 4]; 4],
+    kind: ScalarKind,
+    plan: (u32, u32, u32, usize),
+) -> LaunchConfig {
+    let (w, grid, block, shared) = plan;
+    let row = match kind {
+        ScalarKind::F32 => 0,
+        ScalarKind::F64 => 1,
+        ScalarKind::C64 => 2,
+        ScalarKind::C128 => 3,
+    };
+    LaunchConfig {
+        kernel: table[row][w.trailing_zeros() as usize - 2],
+        grid,
+        block,
+        shared_bytes: shared as u32,
+    }
+}
+
+/// Whether a geqrf entry exists for the size: none for c128 above 16 (at `W = 32` the kernel
+/// needs more than 255 registers).
+fn geqrf_has_kernel(kind: ScalarKind, m: u32, n: u32) -> bool {
+    kind != ScalarKind::C128 || m.max(n) <= 16
+}
+
+/// The launch of `ferrax_geqrf_small_<dtype>_w<W>(a: *mut T, tau: *mut T, m: u32, n: u32,
+/// batch: u64)`, or `None` when `max(m, n) > 32`, or > 16 for c128 (use cuSOLVER). `grid == 0` (batch 0) means
+/// there is nothing to launch.
+pub fn geqrf_launch(kind: ScalarKind, m: u32, n: u32, batch: u64) -> Option<LaunchConfig> {
+    if !geqrf_has_kernel(kind, m, n) {
+        return None;
+    }
+    Some(launch(&GEQRF_NAMES, kind, plan(kind, m, n, batch, None)?))
+}
+
+/// The launch of `ferrax_orgqr_small_<dtype>_w<W>(a: *mut T, tau: *const T, m: u32, n: u32,
+/// k: u32, batch: u64)` (complex: `ungqr`), or `None` when `m > 32` or the arguments break
+/// `k ≤ n ≤ m`.
+pub fn orgqr_launch(kind: ScalarKind, m: u32, n: u32, k: u32, batch: u64) -> Option<LaunchConfig> {
+    if k > n || n > m {
+        return None;
+    }
+    Some(launch(&ORGQR_NAMES, kind, plan(kind, m, n, batch, None)?))
+}
+
+#[cfg(all(test, not(target_arch = "nvptx64")))]
+mod tests;

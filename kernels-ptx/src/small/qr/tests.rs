@@ -1,0 +1,411 @@
+extern crate std;
+
+use super::*;
+use crate::grid;
+use crate::small::tests::{assert_same, Ptr, Rng, TestScalar};
+use crate::small::HOST_EXCHANGE_BYTES_PER_THREAD;
+use std::vec;
+use std::vec::Vec;
+
+trait QrTest: TestScalar + QrScalar {}
+impl<T: TestScalar + QrScalar> QrTest for T {}
+
+fn run_geqrf<T: QrTest>(a: &mut [T], m: u32, n: u32, batch: u64, threads: u32) -> Vec<T> {
+    assert!(
+        geqrf_has_kernel(T::KIND, m, n),
+        "no GPU entry for this size"
+    );
+    let (w, grid_dim, block, shared) = plan(T::KIND, m, n, batch, Some(threads)).unwrap();
+    let mut tau =
+        vec![<T as TestScalar>::from_parts(-7.0, 0.5); batch as usize * m.min(n) as usize];
+    let (pa, pt) = (Ptr(a.as_mut_ptr()), Ptr(tau.as_mut_ptr()));
+    let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
+    grid::launch(grid_dim, block, scratch, move || unsafe {
+        let (a, tau) = (pa, pt);
+        match w {
+            4 => geqrf_rows::<T, 4>(a.0, tau.0, m, n, batch),
+            8 => geqrf_rows::<T, 8>(a.0, tau.0, m, n, batch),
+            16 => geqrf_rows::<T, 16>(a.0, tau.0, m, n, batch),
+            32 => geqrf_rows::<T, 32>(a.0, tau.0, m, n, batch),
+            _ => unreachable!(),
+        }
+    });
+    tau
+}
+
+fn run_orgqr<T: QrTest>(a: &mut [T], tau: &[T], m: u32, n: u32, k: u32, batch: u64, threads: u32) {
+    let (w, grid_dim, block, shared) = plan(T::KIND, m, n, batch, Some(threads)).unwrap();
+    let (pa, pt) = (Ptr(a.as_mut_ptr()), Ptr(tau.as_ptr() as *mut T));
+    let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
+    grid::launch(grid_dim, block, scratch, move || unsafe {
+        let (a, tau) = (pa, pt);
+        match w {
+            4 => orgqr_rows::<T, 4>(a.0, tau.0, m, n, k, batch),
+            8 => orgqr_rows::<T, 8>(a.0, tau.0, m, n, k, batch),
+            16 => orgqr_rows::<T, 16>(a.0, tau.0, m, n, k, batch),
+            32 => orgqr_rows::<T, 32>(a.0, tau.0, m, n, k, batch),
+            _ => unreachable!(),
+        }
+    });
+}
+
+/// Reference xLARFG on `x` (`x[0]` = alpha), for mid-range data: plain sequential norms (the
+/// kernels' overflow/underflow guards are checked separately, by scaled inputs).
+fn ref_larfg<T: QrTest>(x: &mut [T]) -> T {
+    type R<T> = <T as Scalar>::Real;
+    let zero = <R<T> as Real>::ZERO;
+    if x.len() <= 1 && !T::COMPLEX {
+        return T::ZERO;
+    }
+    let mut ssq = zero;
+    for v in &x[1..] {
+        ssq = ssq + v.re() * v.re();
+        if T::COMPLEX {
+            ssq = ssq + v.im() * v.im();
+        }
+    }
+    let xnorm = ssq.sqrt();
+    let (alphr, alphi) = (x[0].re(), x[0].im());
+    if xnorm == zero && alphi == zero {
+        return T::ZERO;
+    }
+    let beta = -lapy::<T>(alphr, alphi, xnorm).copysign(alphr);
+    assert!(
+        beta.abs() >= <R<T> as QrReal>::LARFG_SAFMIN,
+        "test data out of range"
+    );
+    let tau = T::from_re_im((beta - alphr) / beta, -alphi / beta);
+    let s = T::ONE.quotient(x[0] - T::from_real(beta));
+    for v in &mut x[1..] {
+        *v = s * *v;
+    }
+    x[0] = T::from_real(beta);
+    tau
+}
+
+/// Reference xLARF('Left') of `(1, v)` with `tau` to column `c` (same length).
+fn ref_larf<T: QrTest>(v: &[T], tau: T, c: &mut [T]) {
+    if tau == T::ZERO {
+        return;
+    }
+    let vr = |r: usize| if r == 0 { T::ONE } else { v[r] };
+    let mut w = T::ZERO;
+    for (r, x) in c.iter().enumerate() {
+        w = w + x.conj() * vr(r);
+    }
+    if w != T::ZERO {
+        let temp = -tau * w.conj();
+        for (r, x) in c.iter_mut().enumerate() {
+            *x = *x + vr(r) * temp;
+        }
+    }
+}
+
+/// xGEQR2 on one column-major `m×n` matrix; returns tau.
+fn ref_geqrf<T: QrTest>(a: &mut [T], m: usize, n: usize) -> Vec<T> {
+    let mut tau = Vec::new();
+    for i in 0..m.min(n) {
+        let t = ref_larfg(&mut a[i * m + i..(i + 1) * m]);
+        tau.push(t);
+        let v: Vec<T> = a[i * m + i..(i + 1) * m].to_vec();
+        for j in i + 1..n {
+            ref_larf(&v, t.conj(), &mut a[j * m + i..(j + 1) * m]);
+        }
+    }
+    tau
+}
+
+/// xORG2R/xUNG2R on one `m×n` matrix with `k` reflectors.
+fn ref_orgqr<T: QrTest>(a: &mut [T], tau: &[T], m: usize, n: usize, k: usize) {
+    for j in k..n {
+        for r in 0..m {
+            a[j * m + r] = if r == j { T::ONE } else { T::ZERO };
+        }
+    }
+    for i in (0..k).rev() {
+        let v: Vec<T> = a[i * m + i..(i + 1) * m].to_vec();
+        for j in i + 1..n {
+            ref_larf(&v, tau[i], &mut a[j * m + i..(j + 1) * m]);
+        }
+        for r in i + 1..m {
+            a[i * m + r] = -tau[i] * a[i * m + r];
+        }
+        a[i * m + i] = T::ONE - tau[i];
+        for r in 0..i {
+            a[i * m + r] = T::ZERO;
+        }
+    }
+}
+
+fn c(x: impl TestScalar) -> Complex<f64> {
+    x.c128()
+}
+
+/// Checks QᴴQ = I (`q` m×p) and Q·R = A (`r` the geqrf output, its upper triangle).
+fn check_qr<T: QrTest>(a: &[T], q: &[T], r: &[T], m: usize, n: usize, p: usize, what: &str) {
+    let tol = 60.0 * T::EPS * m.max(n) as f64;
+    for i in 0..p {
+        for j in 0..p {
+            let mut s = Complex::new(0.0, 0.0);
+            for t in 0..m {
+                s += c(q[i * m + t]).conj() * c(q[j * m + t]);
+            }
+            let want = if i == j { 1.0 } else { 0.0 };
+            let err = (s - want).norm_sqr().sqrt();
+            assert!(err <= tol, "{what}: QᴴQ - I at ({i},{j}): {err}");
+        }
+    }
+    let scale = a
+        .iter()
+        .map(|x| c(*x).norm_sqr().sqrt())
+        .fold(0.0, f64::max);
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = Complex::new(0.0, 0.0);
+            for t in 0..=j.min(p - 1) {
+                s += c(q[t * m + i]) * c(r[j * m + t]);
+            }
+            let err = (s - c(a[j * m + i])).norm_sqr().sqrt();
+            assert!(err <= tol * scale, "{what}: Q·R - A at ({i},{j}): {err}");
+        }
+    }
+}
+
+/// geqrf then orgqr with every reflector (Q: m×min(m, n)), against the references bit for
+/// bit, and the factorization itself.
+fn qr_case<T: QrTest>(input: &[T], m: u32, n: u32, batch: u64, threads: u32) {
+    let (mu, nu) = (m as usize, n as usize);
+    let (p, size) = (mu.min(nu), mu * nu);
+    let mut got = input.to_vec();
+    let tau = run_geqrf(&mut got, m, n, batch, threads);
+    // Q from the first p columns (all of them when m ≥ n).
+    let mut q: Vec<T> = (0..batch as usize)
+        .flat_map(|b| got[b * size..b * size + p * mu].to_vec())
+        .collect();
+    run_orgqr(&mut q, &tau, m, p as u32, p as u32, batch, threads);
+    for b in 0..batch as usize {
+        let what = std::format!("{:?} {m}x{n} matrix {b}", T::KIND);
+        let range = b * size..(b + 1) * size;
+        let mut want = input[range.clone()].to_vec();
+        let want_tau = ref_geqrf(&mut want, mu, nu);
+        assert_same(&got[range.clone()], &want, &what);
+        assert_same(
+            &tau[b * p..(b + 1) * p],
+            &want_tau,
+            &std::format!("{what}: tau"),
+        );
+        let mut want_q = want[..p * mu].to_vec();
+        ref_orgqr(&mut want_q, &want_tau, mu, p, p);
+        let got_q = &q[b * p * mu..(b + 1) * p * mu];
+        assert_same(got_q, &want_q, &std::format!("{what}: Q"));
+        check_qr(&input[range.clone()], got_q, &got[range], mu, nu, p, &what);
+        for t in &want_tau {
+            // LAPACK's tau: 1 ≤ re ≤ 2, |tau - 1| ≤ 1 (or 0 for H = I).
+            let t = c(*t);
+            assert!(
+                t == Complex::new(0.0, 0.0) || (t - 1.0).norm_sqr().sqrt() <= 1.0 + 1e-6,
+                "{what}: tau {t}"
+            );
+        }
+    }
+}
+
+const SHAPES: [(u32, u32, u64, u32); 15] = [
+    (1, 1, 3, 32),
+    (2, 2, 5, 32),
+    (4, 4, 9, 32),
+    (3, 2, 7, 32),
+    (2, 3, 4, 32),
+    (5, 5, 6, 32),
+    (8, 3, 5, 64),
+    (3, 8, 4, 32),
+    (12, 12, 3, 32),
+    (16, 9, 5, 64),
+    (9, 16, 2, 32),
+    (20, 13, 2, 32),
+    (13, 20, 1, 32),
+    (31, 31, 3, 64),
+    (32, 32, 3, 64),
+];
+
+fn qr_all<T: QrTest>() {
+    for (i, &(m, n, batch, threads)) in SHAPES.iter().enumerate() {
+        if !geqrf_has_kernel(T::KIND, m, n) {
+            continue;
+        }
+        let input =
+            Rng(0x1234_5678_9abc_def1 + i as u64).matrices::<T>((batch * (m * n) as u64) as usize);
+        qr_case::<T>(&input, m, n, batch, threads);
+    }
+}
+
+#[test]
+fn qr_f32() {
+    qr_all::<f32>();
+}
+#[test]
+fn qr_f64() {
+    qr_all::<f64>();
+}
+#[test]
+fn qr_c64() {
+    qr_all::<Complex<f32>>();
+}
+#[test]
+fn qr_c128() {
+    qr_all::<Complex<f64>>();
+}
+
+/// orgqr with fewer reflectors than columns (k < n ≤ m), including k = 0 (the identity).
+fn orgqr_partial<T: QrTest>() {
+    for (i, &(m, n, k, batch)) in [
+        (6u32, 4u32, 2u32, 3u64),
+        (9, 9, 5, 2),
+        (17, 11, 0, 2),
+        (32, 20, 7, 3),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+        let mut rng = Rng(77 + i as u64);
+        let mut a = rng.matrices::<T>(batch as usize * mu * nu);
+        // The reflectors from the reference (there is no c128 geqrf kernel above 16).
+        let tau: Vec<T> = a
+            .chunks_mut(mu * nu)
+            .flat_map(|x| ref_geqrf(x, mu, nu))
+            .collect();
+        let tau_k: Vec<T> = (0..batch as usize)
+            .flat_map(|b| tau[b * nu..b * nu + ku].to_vec())
+            .collect();
+        let mut q = a.clone();
+        run_orgqr(&mut q, &tau_k, m, n, k, batch, 64);
+        for b in 0..batch as usize {
+            let r = b * mu * nu..(b + 1) * mu * nu;
+            let mut want = a[r.clone()].to_vec();
+            ref_orgqr(&mut want, &tau_k[b * ku..(b + 1) * ku], mu, nu, ku);
+            let what = std::format!("{:?} orgqr {m}x{n} k={k} matrix {b}", T::KIND);
+            assert_same(&q[r], &want, &what);
+        }
+    }
+}
+
+#[test]
+fn orgqr_partial_all() {
+    orgqr_partial::<f32>();
+    orgqr_partial::<f64>();
+    orgqr_partial::<Complex<f32>>();
+    orgqr_partial::<Complex<f64>>();
+}
+
+/// Zero columns (tau = 0 there, H = I) and a column zero below the diagonal.
+fn zero_columns<T: QrTest>() {
+    let (m, n, batch) = (7u32, 5u32, 3u64);
+    let (mu, nu) = (m as usize, n as usize);
+    let mut input = Rng(99).matrices::<T>(batch as usize * mu * nu);
+    for r in 0..mu {
+        input[r] = T::ZERO; // matrix 0, column 0
+        input[mu * nu + 2 * mu + r] = T::ZERO; // matrix 1, column 2
+    }
+    for r in 4..mu {
+        input[2 * mu * nu + 3 * mu + r] = T::ZERO; // matrix 2, column 3 below the diagonal
+    }
+    let mut got = input.clone();
+    let tau = run_geqrf(&mut got, m, n, batch, 32);
+    assert_eq!(c(tau[0]), Complex::new(0.0, 0.0));
+    qr_case::<T>(&input, m, n, batch, 32);
+}
+
+#[test]
+fn zero_columns_all() {
+    zero_columns::<f32>();
+    zero_columns::<f64>();
+    zero_columns::<Complex<f32>>();
+    zero_columns::<Complex<f64>>();
+}
+
+/// Inputs scaled by `2^e` for exponents whose squares overflow or underflow (the scaled norm
+/// and xLARFG's rescaling): R scales with the input, tau and the reflectors do not.
+fn scaled<T: QrTest>(exponents: &[i32]) {
+    let (m, n, batch) = (9u32, 6u32, 2u64);
+    let size = (m * n) as usize;
+    let input = Rng(5).matrices::<T>(batch as usize * size);
+    let mut base = input.clone();
+    let base_tau = run_geqrf(&mut base, m, n, batch, 32);
+    for &e in exponents {
+        let f = 2f64.powi(e);
+        let scaled: Vec<T> = input
+            .iter()
+            .map(|x| <T as TestScalar>::from_parts(c(*x).re * f, c(*x).im * f))
+            .collect();
+        let mut got = scaled.clone();
+        let tau = run_geqrf(&mut got, m, n, batch, 32);
+        for (t, w) in tau.iter().zip(&base_tau) {
+            assert!(
+                (c(*t) - c(*w)).norm_sqr().sqrt() <= 8.0 * T::EPS,
+                "2^{e}: tau {t:?} != {w:?}"
+            );
+        }
+        for (idx, (g, w)) in got.iter().zip(&base).enumerate() {
+            let (i, j) = (idx % m as usize, (idx / m as usize) % n as usize);
+            let want = if i <= j { c(*w) * f } else { c(*w) };
+            let unit = if i <= j { f } else { 1.0 };
+            assert!(
+                (c(*g) - want).norm_sqr().sqrt() <= 64.0 * T::EPS * unit,
+                "2^{e}: element {idx}: {g:?} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn scaled_inputs() {
+    scaled::<f32>(&[100, -100, -120]);
+    scaled::<Complex<f32>>(&[100, -100, -120]);
+    scaled::<f64>(&[600, -600, -1000]);
+    scaled::<Complex<f64>>(&[600, -1000]);
+}
+
+#[test]
+fn plans() {
+    let g = geqrf_launch(ScalarKind::F32, 32, 32, 16384).unwrap();
+    assert_eq!(
+        (g.kernel, g.grid, g.block),
+        ("ferrax_geqrf_small_f32_w32", 4096, 128)
+    );
+    assert!(
+        geqrf_launch(ScalarKind::C128, 17, 3, 1).is_none(),
+        "no c128 geqrf above 16"
+    );
+    let o = orgqr_launch(ScalarKind::C128, 32, 32, 32, 3).unwrap();
+    assert_eq!(
+        (o.kernel, o.grid, o.block),
+        ("ferrax_orgqr_small_c128_w32", 2, 64)
+    );
+    assert!(o.shared_bytes as usize <= MAX_SHARED_BYTES);
+    assert_eq!(
+        geqrf_launch(ScalarKind::C64, 3, 7, 5).unwrap().kernel,
+        "ferrax_geqrf_small_c64_w8"
+    );
+    assert_eq!(
+        orgqr_launch(ScalarKind::F64, 4, 4, 2, 5).unwrap().kernel,
+        "ferrax_orgqr_small_f64_w4"
+    );
+    assert_eq!(
+        geqrf_launch(ScalarKind::F64, 16, 2, 0).unwrap().grid,
+        0,
+        "batch 0"
+    );
+    assert!(geqrf_launch(ScalarKind::F32, 33, 8, 1).is_none());
+    assert!(geqrf_launch(ScalarKind::F32, 8, 33, 1).is_none());
+    assert!(orgqr_launch(ScalarKind::F32, 8, 9, 8, 1).is_none(), "n > m");
+    assert!(orgqr_launch(ScalarKind::F32, 8, 4, 5, 1).is_none(), "k > n");
+}
+
+#[test]
+fn empty_matrices() {
+    let mut a: Vec<f64> = Vec::new();
+    assert!(run_geqrf(&mut a, 0, 3, 2, 32).is_empty());
+    let mut a: Vec<f32> = Vec::new();
+    run_orgqr(&mut a, &[], 3, 0, 0, 2, 32);
+}
