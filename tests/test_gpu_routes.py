@@ -54,3 +54,13 @@ def test_uninstalled_is_stock():
 
 def test_explicit_getrf_lowers_to_ferrax_on_cuda():
     assert cuda_targets(ferrax.linalg.getrf, spec((4, 8, 8), np.float32)) == {"ferrax_getrf"}
+
+
+@pytest.mark.parametrize("dtype, m, n, targets", [
+    (np.float32, 32, 32, {"ferrax_geqrf", "ferrax_orgqr"}),
+    (np.complex128, 16, 16, {"ferrax_geqrf", "ferrax_orgqr"}),
+    # cuSOLVER's reflectors are LAPACK's format: ferrax's orgqr takes them.
+    (np.complex128, 32, 32, {"cusolver_geqrf_ffi", "ferrax_orgqr"}),
+    (np.float64, 64, 64, {"cusolver_geqrf_ffi", "cusolver_orgqr_ffi"})])
+def test_qr(installed, dtype, m, n, targets):
+    assert cuda_targets(jnp.linalg.qr, spec((100, m, n), dtype)) == targets

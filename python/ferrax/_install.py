@@ -116,6 +116,17 @@ def _cholesky_cuda(ctx, operand):
     return lax_linalg._cholesky_gpu_lowering(ctx, operand, target_name_prefix="cu")
 
 
+def _geqrf_cuda(ctx, operand):
+    prefix = "cpu" if _small_on_gpu("geqrf", ctx.avals_in[0]) else "cu"
+    return lax_linalg._geqrf_cpu_gpu_lowering(ctx, operand, target_name_prefix=prefix)
+
+
+def _householder_product_cuda(ctx, a, taus):
+    prefix = "cpu" if _small_on_gpu("orgqr", ctx.avals_in[0]) else "cu"
+    return lax_linalg._householder_product_cpu_gpu_lowering(ctx, a, taus,
+                                                            target_name_prefix=prefix)
+
+
 def _cholesky_update(r, w):
     return linalg.cholesky_update(r, w)
 
@@ -153,6 +164,8 @@ def _routes():
         ("cuda", jax_threefry.threefry2x32_p, _threefry2x32_cuda),
         ("cuda", lax_linalg.lu_p, _lu_cuda),
         ("cuda", lax_linalg.cholesky_p, _cholesky_cuda),
+        ("cuda", lax_linalg.geqrf_p, _geqrf_cuda),
+        ("cuda", lax_linalg.householder_product_p, _householder_product_cuda),
         ("cuda", lax_linalg.cholesky_update_p,
          mlir.lower_fun(_cholesky_update, multiple_results=False)),
         ("cpu", jax_threefry.threefry2x32_p, _threefry2x32_kernel),

@@ -91,6 +91,8 @@ targets!(
     ),
     (ops::getrf::TARGET, "CUDA", ops::getrf::ferrax_cuda_getrf),
     (ops::potrf::TARGET, "CUDA", ops::potrf::ferrax_cuda_potrf),
+    (ops::qr::GEQRF_TARGET, "CUDA", ops::qr::ferrax_cuda_geqrf),
+    (ops::qr::ORGQR_TARGET, "CUDA", ops::qr::ferrax_cuda_orgqr),
     (
         ops::cholesky_update::TARGET,
         "CUDA",

@@ -3,10 +3,12 @@
 //! (aliasing the input), 1-based S32 pivots `[..., min(m, n)]` and S32 `info` `[...]` out.
 
 use crate::cuda::{param, GpuStream};
-use crate::ffi::{Buffer, DataType, Error, MatrixBatch, NativeType, Result, Stream, ThreadPool};
+use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
-use crate::ops::{for_each_parallel, gpu_scalar_kind, lapack_dim, routine, SharedMut};
+use crate::ops::{
+    for_each_parallel, gpu_scalar_kind, lapack_dim, routine, small_matrix_launch, SharedMut,
+};
 use ferrax_cpu_fallback::Lapack;
 use std::ffi::CStr;
 
@@ -125,17 +127,10 @@ fn getrf_cuda(
     if shape.rows == 0 || shape.cols == 0 {
         return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
     }
+    let config = small_matrix_launch(TARGET, shape, |m, n, batch| {
+        ferrax_kernels::small::getrf_launch(kind, m, n, batch)
+    })?;
     let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
-    let config = (shape.rows <= 64 && shape.cols <= 64)
-        .then(|| ferrax_kernels::small::getrf_launch(kind, m, n, batch))
-        .flatten()
-        .ok_or_else(|| {
-            Error::unimplemented(format!(
-                "{}: the GPU kernels take matrices up to 64×64 (less for complex128), got \
-                 {m}×{n}; jax.lax.linalg.lu with ferrax installed uses cuSOLVER there",
-                TARGET.to_string_lossy()
-            ))
-        })?;
     gpu.copy(
         lu.data_ptr().cast(),
         a.data_ptr().cast(),

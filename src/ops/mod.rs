@@ -21,6 +21,7 @@ use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error, XLA_FFI_Handler};
 use crate::ffi::{Buffer, Error, MatrixBatch, NativeType, Result, ThreadPool};
 use ferrax_cpu_fallback::Lapack;
 use num_complex::Complex;
+use std::ffi::CStr;
 
 /// The element type of a GPU linear-algebra operand, or an error naming the operand.
 pub(crate) fn gpu_scalar_kind(buffer: &Buffer<'_>) -> Result<ferrax_kernels::launch::ScalarKind> {
@@ -34,6 +35,28 @@ pub(crate) fn gpu_scalar_kind(buffer: &Buffer<'_>) -> Result<ferrax_kernels::lau
             return Err(buffer.mismatch("dtype f32, f64, c64 or c128".into(), format!("{other:?}")))
         }
     })
+}
+
+/// The launch of a small-matrix GPU kernel for `shape` (`plan` gets m, n and the batch), or
+/// an UNIMPLEMENTED error naming the target where there is none.
+pub(crate) fn small_matrix_launch(
+    target: &CStr,
+    shape: MatrixBatch,
+    plan: impl FnOnce(u32, u32, u64) -> Option<ferrax_kernels::launch::LaunchConfig>,
+) -> Result<ferrax_kernels::launch::LaunchConfig> {
+    (shape.rows <= 64 && shape.cols <= 64)
+        .then(|| plan(shape.rows as u32, shape.cols as u32, shape.batch as u64))
+        .flatten()
+        .ok_or_else(|| {
+            Error::unimplemented(format!(
+                "{}: no GPU kernel for {}×{} matrices of this dtype (ferrax's small-matrix \
+                 kernels stop at 64×64, less for some ops and for complex128); with ferrax \
+                 installed, jax's own cuSOLVER lowering takes these",
+                target.to_string_lossy(),
+                shape.rows,
+                shape.cols
+            ))
+        })
 }
 
 /// A raw pointer that thread-pool tasks may share: each task touches a disjoint part of the

@@ -4,10 +4,13 @@
 //! handler takes the same contract (jaxlib's `cusolver_potrf_ffi` has a `lower` flag instead).
 
 use crate::cuda::{param, GpuStream};
-use crate::ffi::{Buffer, DataType, Error, MatrixBatch, NativeType, Result, Stream, ThreadPool};
+use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
-use crate::ops::{char_attr, for_each_parallel, gpu_scalar_kind, lapack_dim, routine, SharedMut};
+use crate::ops::{
+    char_attr, for_each_parallel, gpu_scalar_kind, lapack_dim, routine, small_matrix_launch,
+    SharedMut,
+};
 use ferrax_cpu_fallback::Lapack;
 use std::ffi::{c_char, CStr};
 
@@ -102,17 +105,10 @@ fn potrf_cuda(
     if shape.rows == 0 {
         return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
     }
+    let config = small_matrix_launch(TARGET, shape, |n, _, batch| {
+        ferrax_kernels::small::potrf_launch(kind, n, batch)
+    })?;
     let (n, batch) = (shape.rows as u32, shape.batch as u64);
-    let config = (shape.rows <= 64)
-        .then(|| ferrax_kernels::small::potrf_launch(kind, n, batch))
-        .flatten()
-        .ok_or_else(|| {
-            Error::unimplemented(format!(
-                "{}: the GPU kernels take matrices up to 64×64 (less for complex128), got \
-                 {n}×{n}; jnp.linalg.cholesky with ferrax installed uses cuSOLVER there",
-                TARGET.to_string_lossy()
-            ))
-        })?;
     gpu.copy(
         factor.data_ptr().cast(),
         a.data_ptr().cast(),

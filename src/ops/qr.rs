@@ -11,10 +11,14 @@
 //!   column to move up front) in; `x_out` (as geqrf's), `jpvt_out` (1-based column pivots) and
 //!   `tau` `[..., min(m, n)]` out, the first two aliasing the inputs.
 
-use crate::ffi::{Buffer, DataType, Error, MatrixBatch, Result, ThreadPool};
+use crate::cuda::{param, GpuStream};
+use crate::ffi::{Buffer, DataType, Error, MatrixBatch, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
-use crate::ops::{for_each_chunk, lapack_dim, query_lwork, routine, Scalar, SharedMut};
+use crate::ops::{
+    for_each_chunk, gpu_scalar_kind, lapack_dim, query_lwork, routine, small_matrix_launch, Scalar,
+    SharedMut,
+};
 use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
 use num_complex::Complex;
 use std::ffi::{c_char, CStr};
@@ -130,17 +134,46 @@ fn check_info(routine: &str, info: i32) -> Result<()> {
     }
 }
 
+/// Checks geqrf's `tau` against `x [..., m, n]` and returns x's shape.
+fn geqrf_shapes(x: &Buffer<'_>, tau: &Buffer<'_>) -> Result<MatrixBatch> {
+    let shape = MatrixBatch::of(x)?;
+    let k = shape.rows.min(shape.cols);
+    tau.expect_dtype(x.dtype())?;
+    tau.expect_dims(&[shape.batch_dims(x), &[k as i64]].concat())?;
+    Ok(shape)
+}
+
+/// Checks orgqr's operands (m >= n, `tau [..., k]` with k <= n); returns x's shape and k.
+fn orgqr_shapes(x: &Buffer<'_>, tau: &Buffer<'_>) -> Result<(MatrixBatch, usize)> {
+    let shape = MatrixBatch::of(x)?;
+    if shape.rows < shape.cols {
+        return Err(x.mismatch(
+            "matrices with at least as many rows as columns".into(),
+            format!("shape {:?}", x.dims()),
+        ));
+    }
+    let batch_dims = shape.batch_dims(x);
+    tau.expect_dtype(x.dtype())?;
+    let k = match tau.dims().split_last() {
+        Some((&k, tau_batch)) if tau_batch == batch_dims && k as usize <= shape.cols => k as usize,
+        _ => {
+            return Err(tau.mismatch(
+                format!("shape {batch_dims:?} + [k] with k <= {}", shape.cols),
+                format!("shape {:?}", tau.dims()),
+            ))
+        }
+    };
+    Ok((shape, k))
+}
+
 fn geqrf_typed<T: Scalar>(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
     x_out: Buffer<'_>,
     tau: Buffer<'_>,
 ) -> Result<()> {
-    let shape = MatrixBatch::of(&x)?;
-    let batch_dims = shape.batch_dims(&x);
+    let shape = geqrf_shapes(&x, &tau)?;
     let k = shape.rows.min(shape.cols);
-    tau.expect_dtype(T::DTYPE)?;
-    tau.expect_dims(&[batch_dims, &[k as i64]].concat())?;
     let (m, n) = (lapack_dim(&x, shape.rows)?, lapack_dim(&x, shape.cols)?);
     let lda = m.max(1);
     x.copy_into(&x_out)?;
@@ -189,24 +222,7 @@ fn orgqr_typed<T: Scalar>(
     tau: Buffer<'_>,
     x_out: Buffer<'_>,
 ) -> Result<()> {
-    let shape = MatrixBatch::of(&x)?;
-    if shape.rows < shape.cols {
-        return Err(x.mismatch(
-            "matrices with at least as many rows as columns".into(),
-            format!("shape {:?}", x.dims()),
-        ));
-    }
-    let batch_dims = shape.batch_dims(&x);
-    tau.expect_dtype(T::DTYPE)?;
-    let k = match tau.dims().split_last() {
-        Some((&k, tau_batch)) if tau_batch == batch_dims && k as usize <= shape.cols => k as usize,
-        _ => {
-            return Err(tau.mismatch(
-                format!("shape {batch_dims:?} + [k] with k <= {}", shape.cols),
-                format!("shape {:?}", tau.dims()),
-            ))
-        }
-    };
+    let (shape, k) = orgqr_shapes(&x, &tau)?;
     let (m, n) = (lapack_dim(&x, shape.rows)?, lapack_dim(&x, shape.cols)?);
     let reflectors = lapack_dim(&tau, k)?;
     let lda = m.max(1);
@@ -557,3 +573,87 @@ macro_rules! geqp3_complex {
     )*};
 }
 geqp3_complex!(f32, f64);
+
+ffi_handler! {
+    /// Batched Householder QR of small matrices on the GPU (ferrax's PTX kernels; jax's own
+    /// cuSOLVER lowering serves larger ones).
+    pub fn ferrax_cuda_geqrf = GEQRF_TARGET;
+    ctx stream: Stream;
+    arg x: Buffer;
+    ret x_out: Buffer;
+    ret tau: Buffer;
+    traits = 0;
+    body = geqrf_cuda;
+}
+
+fn geqrf_cuda(stream: Stream, x: Buffer<'_>, x_out: Buffer<'_>, tau: Buffer<'_>) -> Result<()> {
+    let kind = gpu_scalar_kind(&x)?;
+    let shape = geqrf_shapes(&x, &tau)?;
+    x_out.expect_dtype(x.dtype())?;
+    x_out.expect_dims(x.dims())?;
+    if shape.batch == 0 || shape.matrix_len() == 0 {
+        return Ok(());
+    }
+    let config = small_matrix_launch(GEQRF_TARGET, shape, |m, n, batch| {
+        ferrax_kernels::small::qr::geqrf_launch(kind, m, n, batch)
+    })?;
+    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
+    let gpu = GpuStream::adopt(stream)?;
+    gpu.copy(
+        x_out.data_ptr().cast(),
+        x.data_ptr().cast(),
+        shape.batch * shape.matrix_len() * kind.bytes(),
+    )?;
+    let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
+    let mut params = [param(&a), param(&tau), param(&m), param(&n), param(&batch)];
+    // SAFETY: batch column-major m×n matrices and min(m, n) taus each.
+    unsafe { gpu.launch(&config, &mut params) }
+}
+
+ffi_handler! {
+    /// Q from Householder reflectors of small matrices on the GPU (ferrax's PTX kernels).
+    pub fn ferrax_cuda_orgqr = ORGQR_TARGET;
+    ctx stream: Stream;
+    arg x: Buffer;
+    arg tau: Buffer;
+    ret x_out: Buffer;
+    traits = 0;
+    body = orgqr_cuda;
+}
+
+fn orgqr_cuda(stream: Stream, x: Buffer<'_>, tau: Buffer<'_>, x_out: Buffer<'_>) -> Result<()> {
+    let kind = gpu_scalar_kind(&x)?;
+    let (shape, k) = orgqr_shapes(&x, &tau)?;
+    x_out.expect_dtype(x.dtype())?;
+    x_out.expect_dims(x.dims())?;
+    if shape.batch == 0 || shape.matrix_len() == 0 {
+        return Ok(());
+    }
+    // k <= n <= 64 once a kernel takes the shape.
+    let config = small_matrix_launch(ORGQR_TARGET, shape, |m, n, batch| {
+        ferrax_kernels::small::qr::orgqr_launch(kind, m, n, k as u32, batch)
+    })?;
+    let (m, n, k, batch) = (
+        shape.rows as u32,
+        shape.cols as u32,
+        k as u32,
+        shape.batch as u64,
+    );
+    let gpu = GpuStream::adopt(stream)?;
+    gpu.copy(
+        x_out.data_ptr().cast(),
+        x.data_ptr().cast(),
+        shape.batch * shape.matrix_len() * kind.bytes(),
+    )?;
+    let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
+    let mut params = [
+        param(&a),
+        param(&tau),
+        param(&m),
+        param(&n),
+        param(&k),
+        param(&batch),
+    ];
+    // SAFETY: batch column-major m×n reflector matrices and k taus each.
+    unsafe { gpu.launch(&config, &mut params) }
+}
