@@ -96,11 +96,12 @@ def test_pivots_out_of_range_are_ignored(gpu):
 
 
 def test_installed_lu_matches_stock(gpu, rng):
-    a = rng.standard_normal((64, 24, 24)).astype(np.float32)
+    # Above the small-kernel sizes: jaxlib's cuSOLVER getrf, ferrax's permutation, bit for bit.
+    a = rng.standard_normal((8, 96, 96)).astype(np.float32)
     stock, _ = on(gpu, jax.lax.linalg.lu, a)
     ferrax.install()
     ours, hlo = on(gpu, jax.lax.linalg.lu, a)
-    assert "ferrax_lu_pivots_to_permutation" in hlo
+    assert "ferrax_lu_pivots_to_permutation" in hlo and "cusolver_getrf_ffi" in hlo
     assert_same(ours, stock)
 
 
@@ -245,21 +246,29 @@ def test_installed_lu_cholesky_solve_match_stock(gpu, dtype, batch, n, rng, rand
     assert ("ferrax_getrf" in hlo) == (n <= limit("getrf"))
     assert ("ferrax_potrf" in hlo) == (n <= limit("potrf"))
     (lu, piv, perm), chol, x, det = ours
-    np.testing.assert_array_equal(piv, stock[0][1])
-    np.testing.assert_array_equal(perm, stock[0][2])
-    for got, want in [(lu, stock[0][0]), (chol, stock[1]), (x, stock[2]), (det, stock[3])]:
-        assert_close(got, want, dtype, "reconstruct")
+    # The H200 run showed jaxlib's GPU getrf choosing other pivots than LAPACK for complex
+    # input (ferrax's kernels pick LAPACK's), and ill-conditioned single-precision solves
+    # differing by more than rounding; so: LAPACK's pivots, and each result's own identity.
+    (cpu_lu, cpu_piv, cpu_perm), _ = on(jax.devices("cpu")[0], jax.lax.linalg.lu, a)
+    np.testing.assert_array_equal(piv, cpu_piv)
+    np.testing.assert_array_equal(perm, cpu_perm)
+    assert_close(lu, cpu_lu, dtype, "reconstruct")
+    lower = np.tril(chol)
+    assert_close(lower @ np.conj(np.swapaxes(lower, -1, -2)), spd, dtype, "reconstruct")
+    residual = np.abs(a @ x - b).max() / (np.abs(a).max() * np.abs(x).max() * n)
+    assert residual < 50 * np.finfo(dtype).eps
+    assert_close(det, stock[3], dtype, "reconstruct")
 
 
-def test_installed_cholesky_not_positive_definite_is_nan_as_stock(gpu, rng):
+def test_installed_cholesky_not_positive_definite_is_nan(gpu, rng):
     a = _spd(rng, (4,), 8, np.float32)
     a[2] = -np.eye(8)
-    stock, _ = on(gpu, jnp.linalg.cholesky, a)
     ferrax.install()
     ours, hlo = on(gpu, jnp.linalg.cholesky, a)
     assert "ferrax_potrf" in hlo
-    assert np.isnan(ours[2]).all() and np.isnan(stock[2]).all()
-    np.testing.assert_allclose(ours[[0, 1, 3]], stock[[0, 1, 3]], rtol=1e-4, atol=1e-4)
+    assert np.isnan(ours[2]).all()
+    np.testing.assert_allclose(ours[[0, 1, 3]], np.linalg.cholesky(a[[0, 1, 3]]), rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_getrf_too_large_is_an_error(gpu, random_matrix):
@@ -279,7 +288,8 @@ def test_installed_qr_matches_stock(gpu, dtype, batch, m, n, random_matrix, asse
     ours, hlo = on(gpu, fns, a)
     limit = lambda op: ferrax._install._GPU_THRESHOLDS[op][np.dtype(dtype).name]
     assert ("ferrax_geqrf" in hlo) == (max(m, n) <= limit("geqrf"))
-    assert ("ferrax_orgqr" in hlo) == (m <= limit("orgqr") and max(m, n) <= limit("geqrf"))
+    # Q comes from the reflectors of the first min(m, n) columns: m×min(m, n).
+    assert ("ferrax_orgqr" in hlo) == (m <= limit("orgqr"))
     (q, r), r_only = ours
     assert_close(q, stock[0][0], dtype, "reconstruct")
     assert_close(r, stock[0][1], dtype, "reconstruct")
