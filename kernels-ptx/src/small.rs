@@ -976,6 +976,8 @@ pub fn potrf_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig
 }
 
 pub mod qr;
+mod sequential;
+pub use sequential::{getf2, potf2};
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]
 mod tests;

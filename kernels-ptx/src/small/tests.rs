@@ -158,85 +158,107 @@ fn run_potrf<T: TestScalar>(
     info
 }
 
-/// LAPACK's xGETF2, sequentially: returns (ipiv, info).
+/// The library's sequential xGETF2 (the CPU handlers' small path): returns (ipiv, info).
 fn reference_getrf<T: Scalar>(a: &mut [T], m: usize, n: usize) -> (Vec<i32>, i32) {
-    let at = |i: usize, j: usize| j * m + i;
-    let (mut ipiv, mut info) = (Vec::new(), 0);
-    for j in 0..m.min(n) {
-        let (mut jp, mut dmax) = (j, a[at(j, j)].abs1());
-        for i in j + 1..m {
-            if a[at(i, j)].abs1() > dmax {
-                (jp, dmax) = (i, a[at(i, j)].abs1());
-            }
-        }
-        ipiv.push(jp as i32 + 1);
-        let pv = a[at(jp, j)];
-        if pv != T::ZERO {
-            for k in 0..n {
-                a.swap(at(j, k), at(jp, k));
-            }
-            if pv.modulus_at_least(<T::Real as Real>::SAFE_MIN) {
-                let r = T::ONE.quotient(pv);
-                for i in j + 1..m {
-                    a[at(i, j)] = a[at(i, j)] * r;
-                }
-            } else {
-                for i in j + 1..m {
-                    a[at(i, j)] = a[at(i, j)].quotient(pv);
-                }
-            }
-        } else if info == 0 {
-            info = j as i32 + 1;
-        }
-        for k in j + 1..n {
-            let u = a[at(j, k)];
-            if u != T::ZERO {
-                for i in j + 1..m {
-                    a[at(i, k)] = a[at(i, k)] - a[at(i, j)] * u;
-                }
-            }
-        }
-    }
+    let mut ipiv = vec![0; m.min(n)];
+    let info = getf2(a, m, n, m.max(1), &mut ipiv);
     (ipiv, info)
 }
 
-/// Right-looking Cholesky in the kernels' operation order; returns info.
+/// The library's sequential right-looking Cholesky, the kernels' operation order; returns info.
 fn reference_potrf<T: Scalar>(a: &mut [T], n: usize, lower: bool) -> i32 {
-    let at = |i: usize, k: usize| if lower { k * n + i } else { i * n + k };
-    let get = |a: &[T], i: usize, k: usize| {
-        let v = a[at(i, k)];
-        if lower || i == k {
-            v
-        } else {
-            v.conj()
+    potf2(a, n, n.max(1), lower)
+}
+
+/// The sequential routines with `lda > m`: same results as packed, padding and (potf2) the
+/// other triangle untouched, LAPACK's info for singular and indefinite input.
+fn sequential_strided<T: TestScalar>() {
+    let pad = T::from_parts(-123.0, 45.0);
+    for &(m, n) in &[(1usize, 1usize), (3, 2), (2, 3), (5, 5), (16, 16), (9, 4)] {
+        let lda = m + 3;
+        let packed = Rng(m as u64 * 31 + n as u64).matrices::<T>(m * n);
+        let mut strided = vec![pad; lda * n];
+        for j in 0..n {
+            strided[j * lda..j * lda + m].copy_from_slice(&packed[j * m..(j + 1) * m]);
         }
-    };
-    let set = |a: &mut [T], i: usize, k: usize, v: T| {
-        a[at(i, k)] = if lower || i == k { v } else { v.conj() }
-    };
-    for j in 0..n {
-        let d = a[at(j, j)].re();
-        let positive = d > <T::Real as Real>::ZERO;
-        if !positive {
-            a[at(j, j)] = T::from_real(d);
-            return j as i32 + 1;
+        let (want_ipiv, want_info) = reference_getrf(&mut packed.clone(), m, n);
+        let mut want = packed.clone();
+        reference_getrf(&mut want, m, n);
+        let mut ipiv = vec![0; m.min(n)];
+        assert_eq!(getf2(&mut strided, m, n, lda, &mut ipiv), want_info);
+        assert_eq!(ipiv, want_ipiv);
+        for j in 0..n {
+            assert_same(
+                &strided[j * lda..j * lda + m],
+                &want[j * m..(j + 1) * m],
+                "getf2",
+            );
+            assert_same(&strided[j * lda + m..(j + 1) * lda], &[pad; 3], "padding");
         }
-        let s = d.sqrt();
-        let r = <T::Real as Real>::ONE / s;
-        a[at(j, j)] = T::from_real(s);
-        for i in j + 1..n {
-            let v = get(a, i, j).scale(r);
-            set(a, i, j, v);
-        }
-        for k in j + 1..n {
-            let lk = get(a, k, j).conj();
-            for i in k..n {
-                let v = get(a, i, k) - get(a, i, j) * lk;
-                set(a, i, k, v);
+    }
+    // Column 1 zero: info 2, column 3 zero as well: still 2.
+    let mut a = Rng(5).matrices::<T>(16);
+    for i in 0..4 {
+        a[4 + i] = T::ZERO;
+        a[12 + i] = T::ZERO;
+    }
+    assert_eq!(getf2(&mut a, 4, 4, 4, &mut [0; 4]), 2);
+
+    for lower in [true, false] {
+        for n in [1usize, 2, 4, 7, 16] {
+            let lda = n + 2;
+            // B·Bᴴ + n·I: Hermitian positive definite.
+            let b = Rng(n as u64 + 77).matrices::<T>(n * n);
+            let mut spd = vec![pad; lda * n];
+            for i in 0..n {
+                for k in 0..n {
+                    let mut s = if i == k {
+                        T::from_parts(n as f64, 0.0)
+                    } else {
+                        T::ZERO
+                    };
+                    for t in 0..n {
+                        s = s + b[t * n + i] * b[t * n + k].conj();
+                    }
+                    spd[k * lda + i] = s;
+                }
+            }
+            let mut packed: Vec<T> = (0..n * n).map(|e| spd[(e / n) * lda + e % n]).collect();
+            let want_info = reference_potrf(&mut packed, n, lower);
+            assert_eq!(want_info, 0);
+            let input = spd.clone();
+            assert_eq!(potf2(&mut spd, n, lda, lower), 0);
+            for k in 0..n {
+                for i in 0..lda {
+                    let (g, w) = (spd[k * lda + i], input[k * lda + i]);
+                    let factor = i < n && if lower { i >= k } else { i <= k };
+                    let w = if factor { packed[k * n + i] } else { w };
+                    assert!(
+                        g.same(w),
+                        "potf2 lower={lower} n={n} ({i},{k}): {g:?} != {w:?}"
+                    );
+                }
+            }
+            // Indefinite at column n: info n, the updated diagonal left in place.
+            if n > 1 {
+                let mut bad = input.clone();
+                let last = (n - 1) * lda + n - 1;
+                bad[last] = T::from_parts(-1e3, 0.0);
+                assert_eq!(potf2(&mut bad, n, lda, lower), n as i32);
+                assert!(bad[last].c128().re < 0.0);
+                bad[0] = T::from_parts(f64::NAN, 0.0);
+                assert_eq!(potf2(&mut bad, n, lda, lower), 1);
             }
         }
     }
-    0
+}
+
+#[test]
+fn sequential_strided_all_types() {
+    sequential_strided::<f32>();
+    sequential_strided::<f64>();
+    sequential_strided::<Complex<f32>>();
+    sequential_strided::<Complex<f64>>();
 }
 
 pub(super) fn assert_same<T: TestScalar>(got: &[T], want: &[T], what: &str) {
