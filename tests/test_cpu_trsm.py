@@ -148,7 +148,7 @@ def test_lax_triangular_solve(compare, dtype, batch):
 # The slowest to compile; batch (3,) is covered by the tests above.
 @pytest.mark.parametrize("batch", [(), (2, 2)], ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_solve_and_cho_solve(compare, dtype, batch):
+def test_solve_and_cho_solve(compare, dtype, batch, assert_close):
     rng = np.random.default_rng()
     k = 6
     a = rand(rng, batch + (k, k), dtype) + k * np.eye(k, dtype=dtype)
@@ -161,7 +161,10 @@ def test_solve_and_cho_solve(compare, dtype, batch):
                 cho_solve(cho_factor(spd, lower=False), b))
 
     stock, ours = compare(fn, a, spd, b)
-    assert_same(stock, ours)
+    # Not bit-identical: ferrax factors matrices this small in Rust (LAPACK's unblocked
+    # order), OpenBLAS's getrf/potrf round differently; the solves' residuals are checked below.
+    for s, o in zip(stock, ours, strict=True):
+        assert_close(o, s, dtype, kind="reconstruct")
     x, y, z = ours
     assert_solves(a @ x, b, dtype)
     assert_solves(spd @ y, b, dtype)

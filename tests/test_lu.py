@@ -98,9 +98,14 @@ def test_non_finite_input_matches_stock(bad, dtype, random_matrix, assert_close)
     stock = _stock_lu(a)
     got = [np.asarray(x) for x in ferrax.linalg.lu(a)]
     assert np.isnan(stock[0]).any() or np.isinf(stock[0]).any()
-    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(stock[0]))
-    np.testing.assert_array_equal(np.isinf(got[0]), np.isinf(stock[0]))
-    _check_against_stock(got, stock, dtype, assert_close)
+    # Small matrices are factored by ferrax's right-looking xGETF2, OpenBLAS's getf2 is
+    # left-looking: where an Inf spreads into NaN depends on that order, so the matrix that
+    # turns non-finite must do so in both, with the same pivots; the finite one matches.
+    for b in range(3):
+        assert np.isfinite(got[0][b]).all() == np.isfinite(stock[0][b]).all(), b
+    np.testing.assert_array_equal(got[1], stock[1])
+    np.testing.assert_array_equal(got[2], stock[2])
+    _check_against_stock([x[2:] for x in got], [x[2:] for x in stock], dtype, assert_close)
     # The untouched matrix is unaffected.
     assert np.isfinite(got[0][2]).all()
 

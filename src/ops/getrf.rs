@@ -10,6 +10,7 @@ use crate::ops::{
     for_each_parallel, gpu_scalar_kind, lapack_dim, routine, small_matrix_launch, SharedMut,
 };
 use ferrax_cpu_fallback::Lapack;
+use ferrax_kernels::small::{getf2, Scalar};
 use std::ffi::CStr;
 
 pub const TARGET: &CStr = c"ferrax_getrf";
@@ -48,7 +49,12 @@ fn expect_shapes(a: &Buffer<'_>, ipiv: &Buffer<'_>, info: &Buffer<'_>) -> Result
     Ok(shape)
 }
 
-fn getrf_typed<T: NativeType + Lapack>(
+/// Up to this many rows and columns the CPU handler factors in Rust ([`getf2`], LAPACK's
+/// unblocked algorithm and output): there one OpenBLAS call costs more than the factorization
+/// (`benches/cpu_linalg.py`).
+pub const CPU_SMALL_MAX: usize = 16;
+
+fn getrf_typed<T: NativeType + Lapack + Scalar>(
     pool: ThreadPool<'_>,
     a: Buffer<'_>,
     lu: Buffer<'_>,
@@ -79,7 +85,21 @@ fn getrf_typed<T: NativeType + Lapack>(
     );
     let matrix_len = shape.matrix_len();
     let flops = (shape.rows * shape.cols * k.max(1)).max(1);
+    let small = shape.rows.max(shape.cols) <= CPU_SMALL_MAX;
     for_each_parallel(&pool, shape.batch, flops, &|b| {
+        if small {
+            // SAFETY: as below; the slices and the reference cover exactly matrix `b`, its
+            // pivots and its info.
+            let (a, p, info) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(lu.at(b * matrix_len), matrix_len),
+                    std::slice::from_raw_parts_mut(ipiv.at(b * k), k),
+                    &mut *info.at(b),
+                )
+            };
+            *info = getf2(a, shape.rows, shape.cols, shape.rows.max(1), p);
+            return Ok(());
+        }
         // SAFETY: matrix `b` of each result is written by this task alone; LAPACK reads and
         // writes exactly `lda * n` elements, `min(m, n)` pivots and one info.
         unsafe {

@@ -12,6 +12,7 @@ use crate::ops::{
     SharedMut,
 };
 use ferrax_cpu_fallback::Lapack;
+use ferrax_kernels::small::{potf2, Scalar};
 use std::ffi::{c_char, CStr};
 
 pub const TARGET: &CStr = c"ferrax_potrf";
@@ -46,7 +47,12 @@ fn expect_shapes(a: &Buffer<'_>, info: &Buffer<'_>) -> Result<MatrixBatch> {
     Ok(shape)
 }
 
-fn potrf_typed<T: NativeType + Lapack>(
+/// Up to this order the CPU handler factors in Rust ([`potf2`]): there one OpenBLAS call
+/// costs more than the factorization (`benches/cpu_linalg.py`: 1.1-2x at n = 4 and 8 on two
+/// cores; at 16 OpenBLAS's potrf is already as fast or faster).
+pub const CPU_SMALL_MAX: usize = 8;
+
+fn potrf_typed<T: NativeType + Lapack + Scalar>(
     pool: ThreadPool<'_>,
     a: Buffer<'_>,
     factor: Buffer<'_>,
@@ -66,7 +72,20 @@ fn potrf_typed<T: NativeType + Lapack>(
     let (factor, info) = (SharedMut(factor.as_mut_ptr()), SharedMut(info.as_mut_ptr()));
     let matrix_len = shape.matrix_len();
     let flops = (shape.rows.pow(3) / 3).max(1);
+    let small = shape.rows <= CPU_SMALL_MAX;
+    let lower = uplo == b'L' as c_char;
     for_each_parallel(&pool, shape.batch, flops, &|b| {
+        if small {
+            // SAFETY: as below; the slice and the reference cover exactly matrix `b` and its info.
+            let (a, info) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(factor.at(b * matrix_len), matrix_len),
+                    &mut *info.at(b),
+                )
+            };
+            *info = potf2(a, shape.rows, shape.rows.max(1), lower);
+            return Ok(());
+        }
         // SAFETY: matrix `b` and its info are written by this task alone.
         unsafe { potrf(&uplo, &n, factor.at(b * matrix_len), &lda, info.at(b)) };
         Ok(())
