@@ -2,12 +2,13 @@
 //! `lapack_?getrf_ffi` / `cusolver_getrf_ffi`: column-major `[..., m, n]` in, packed LU
 //! (aliasing the input), 1-based S32 pivots `[..., min(m, n)]` and S32 `info` `[...]` out.
 
-use crate::cuda::{param, GpuStream};
+use crate::cuda::param;
 use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    for_each_parallel, gpu_scalar_kind, lapack_dim, routine, small_matrix_launch, SharedMut,
+    for_each_parallel, gpu_in_place, gpu_scalar_kind, lapack_dim, routine, small_matrix_launch,
+    SharedMut,
 };
 use ferrax_cpu_fallback::Lapack;
 use ferrax_kernels::small::{getf2, Scalar};
@@ -138,12 +139,10 @@ fn getrf_cuda(
 ) -> Result<()> {
     let kind = gpu_scalar_kind(&a)?;
     let shape = expect_shapes(&a, &ipiv, &info)?;
-    lu.expect_dtype(a.dtype())?;
-    lu.expect_dims(a.dims())?;
     if shape.batch == 0 {
-        return Ok(());
+        return lu.expect_dims(a.dims());
     }
-    let gpu = GpuStream::adopt(stream)?;
+    let gpu = gpu_in_place(stream, &a, &lu, shape, kind)?;
     if shape.rows == 0 || shape.cols == 0 {
         return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
     }
@@ -151,11 +150,6 @@ fn getrf_cuda(
         ferrax_kernels::small::getrf_launch(kind, m, n, batch)
     })?;
     let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
-    gpu.copy(
-        lu.data_ptr().cast(),
-        a.data_ptr().cast(),
-        shape.batch * shape.matrix_len() * kind.bytes(),
-    )?;
     let (lu, ipiv, info) = (lu.data_ptr(), ipiv.data_ptr(), info.data_ptr());
     let mut params = [
         param(&lu),

@@ -59,6 +59,26 @@ pub(crate) fn small_matrix_launch(
         })
 }
 
+/// XLA's stream for a GPU handler that factors `a` in place in `out`: checks `out` against
+/// `a` and copies `a` into it (nothing to copy when XLA aliased them, as jax's lowerings ask).
+pub(crate) fn gpu_in_place(
+    stream: crate::ffi::Stream,
+    a: &Buffer<'_>,
+    out: &Buffer<'_>,
+    shape: MatrixBatch,
+    kind: ferrax_kernels::launch::ScalarKind,
+) -> Result<crate::cuda::GpuStream> {
+    out.expect_dtype(a.dtype())?;
+    out.expect_dims(a.dims())?;
+    let gpu = crate::cuda::GpuStream::adopt(stream)?;
+    gpu.copy(
+        out.data_ptr().cast(),
+        a.data_ptr().cast(),
+        shape.batch * shape.matrix_len() * kind.bytes(),
+    )?;
+    Ok(gpu)
+}
+
 /// A raw pointer that thread-pool tasks may share: each task touches a disjoint part of the
 /// buffer it points into.
 #[derive(Clone, Copy)]

@@ -3,13 +3,13 @@
 //! keeps the input) and S32 `info` `[...]` out. Attribute `uplo`: u8 'L' or 'U'. The CUDA
 //! handler takes the same contract (jaxlib's `cusolver_potrf_ffi` has a `lower` flag instead).
 
-use crate::cuda::{param, GpuStream};
+use crate::cuda::param;
 use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    char_attr, for_each_parallel, gpu_scalar_kind, lapack_dim, routine, small_matrix_launch,
-    SharedMut,
+    char_attr, for_each_parallel, gpu_in_place, gpu_scalar_kind, lapack_dim, routine,
+    small_matrix_launch, SharedMut,
 };
 use ferrax_cpu_fallback::Lapack;
 use ferrax_kernels::small::{potf2, Scalar};
@@ -115,12 +115,10 @@ fn potrf_cuda(
     let lower = u32::from(char_attr("uplo", uplo, b"LU")? == b'L' as c_char);
     let kind = gpu_scalar_kind(&a)?;
     let shape = expect_shapes(&a, &info)?;
-    factor.expect_dtype(a.dtype())?;
-    factor.expect_dims(a.dims())?;
     if shape.batch == 0 {
-        return Ok(());
+        return factor.expect_dims(a.dims());
     }
-    let gpu = GpuStream::adopt(stream)?;
+    let gpu = gpu_in_place(stream, &a, &factor, shape, kind)?;
     if shape.rows == 0 {
         return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
     }
@@ -128,11 +126,6 @@ fn potrf_cuda(
         ferrax_kernels::small::potrf_launch(kind, n, batch)
     })?;
     let (n, batch) = (shape.rows as u32, shape.batch as u64);
-    gpu.copy(
-        factor.data_ptr().cast(),
-        a.data_ptr().cast(),
-        shape.batch * shape.matrix_len() * kind.bytes(),
-    )?;
     let (factor, info) = (factor.data_ptr(), info.data_ptr());
     let mut params = [
         param(&factor),

@@ -11,13 +11,13 @@
 //!   column to move up front) in; `x_out` (as geqrf's), `jpvt_out` (1-based column pivots) and
 //!   `tau` `[..., min(m, n)]` out, the first two aliasing the inputs.
 
-use crate::cuda::{param, GpuStream};
+use crate::cuda::param;
 use crate::ffi::{Buffer, DataType, Error, MatrixBatch, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    for_each_chunk, gpu_scalar_kind, lapack_dim, query_lwork, routine, small_matrix_launch, Scalar,
-    SharedMut,
+    for_each_chunk, gpu_in_place, gpu_scalar_kind, lapack_dim, query_lwork, routine,
+    small_matrix_launch, Scalar, SharedMut,
 };
 use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
 use num_complex::Complex;
@@ -589,21 +589,14 @@ ffi_handler! {
 fn geqrf_cuda(stream: Stream, x: Buffer<'_>, x_out: Buffer<'_>, tau: Buffer<'_>) -> Result<()> {
     let kind = gpu_scalar_kind(&x)?;
     let shape = geqrf_shapes(&x, &tau)?;
-    x_out.expect_dtype(x.dtype())?;
-    x_out.expect_dims(x.dims())?;
     if shape.batch == 0 || shape.matrix_len() == 0 {
-        return Ok(());
+        return x_out.expect_dims(x.dims());
     }
     let config = small_matrix_launch(GEQRF_TARGET, shape, |m, n, batch| {
         ferrax_kernels::small::qr::geqrf_launch(kind, m, n, batch)
     })?;
     let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
-    let gpu = GpuStream::adopt(stream)?;
-    gpu.copy(
-        x_out.data_ptr().cast(),
-        x.data_ptr().cast(),
-        shape.batch * shape.matrix_len() * kind.bytes(),
-    )?;
+    let gpu = gpu_in_place(stream, &x, &x_out, shape, kind)?;
     let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
     let mut params = [param(&a), param(&tau), param(&m), param(&n), param(&batch)];
     // SAFETY: batch column-major m×n matrices and min(m, n) taus each.
@@ -624,10 +617,8 @@ ffi_handler! {
 fn orgqr_cuda(stream: Stream, x: Buffer<'_>, tau: Buffer<'_>, x_out: Buffer<'_>) -> Result<()> {
     let kind = gpu_scalar_kind(&x)?;
     let (shape, k) = orgqr_shapes(&x, &tau)?;
-    x_out.expect_dtype(x.dtype())?;
-    x_out.expect_dims(x.dims())?;
     if shape.batch == 0 || shape.matrix_len() == 0 {
-        return Ok(());
+        return x_out.expect_dims(x.dims());
     }
     // k <= n <= 64 once a kernel takes the shape.
     let config = small_matrix_launch(ORGQR_TARGET, shape, |m, n, batch| {
@@ -639,12 +630,7 @@ fn orgqr_cuda(stream: Stream, x: Buffer<'_>, tau: Buffer<'_>, x_out: Buffer<'_>)
         k as u32,
         shape.batch as u64,
     );
-    let gpu = GpuStream::adopt(stream)?;
-    gpu.copy(
-        x_out.data_ptr().cast(),
-        x.data_ptr().cast(),
-        shape.batch * shape.matrix_len() * kind.bytes(),
-    )?;
+    let gpu = gpu_in_place(stream, &x, &x_out, shape, kind)?;
     let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
     let mut params = [
         param(&a),
