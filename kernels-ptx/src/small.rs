@@ -396,6 +396,36 @@ unsafe fn group_argmax<R: Real, const W: usize>(
     (tag >> 8, tag & 0xff)
 }
 
+/// Where a thread sits in a launch of `W`-lane groups, one matrix per group.
+pub(crate) struct LaneGroup {
+    /// Matrices (groups) per block.
+    pub groups: u32,
+    /// This thread's group in the block, its lane in the group, and the group's first thread.
+    pub g: u32,
+    pub lane: u32,
+    pub lead: u32,
+    /// The block's first matrix and how many of its groups have one.
+    pub first: u64,
+    pub count: u32,
+}
+
+/// This thread's [`LaneGroup`] over `batch` matrices, or `None` in a block past the batch.
+#[inline(always)]
+pub(crate) fn lane_group<const W: usize>(batch: u64) -> Option<LaneGroup> {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    let groups = nb / W as u32;
+    let lane = t % W as u32;
+    let first = block_idx_x() as u64 * groups as u64;
+    (first < batch).then(|| LaneGroup {
+        groups,
+        g: t / W as u32,
+        lane,
+        lead: t - lane,
+        first,
+        count: (batch - first).min(groups as u64) as u32,
+    })
+}
+
 /// LU of the `m×n` matrices (`max(m, n) ≤ W`), `W` lanes per matrix, lane = row.
 ///
 /// # Safety
@@ -409,15 +439,17 @@ pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
     n: u32,
     batch: u64,
 ) {
-    let (t, nb) = (thread_idx_x(), block_dim_x());
-    let groups = nb / W as u32;
-    let (g, lane) = (t / W as u32, t % W as u32);
-    let lead = t - lane;
-    let first = block_idx_x() as u64 * groups as u64;
-    if first >= batch {
+    let Some(LaneGroup {
+        groups,
+        g,
+        lane,
+        lead,
+        first,
+        count,
+    }) = lane_group::<W>(batch)
+    else {
         return; // the whole block: no barrier is left waiting
-    }
-    let count = (batch - first).min(groups as u64) as u32;
+    };
     let (mn, ld, kmin) = (m * n, m + 1, m.min(n));
     let shared = dynamic_shared::<T>();
     let ex = shared
@@ -519,15 +551,17 @@ pub unsafe fn potrf_rows<T: Scalar, const W: usize>(
     batch: u64,
     lower: u32,
 ) {
-    let (t, nb) = (thread_idx_x(), block_dim_x());
-    let groups = nb / W as u32;
-    let (g, lane) = (t / W as u32, t % W as u32);
-    let lead = t - lane;
-    let first = block_idx_x() as u64 * groups as u64;
-    if first >= batch {
-        return;
-    }
-    let count = (batch - first).min(groups as u64) as u32;
+    let Some(LaneGroup {
+        groups,
+        g,
+        lane,
+        lead,
+        first,
+        count,
+    }) = lane_group::<W>(batch)
+    else {
+        return; // the whole block: no barrier is left waiting
+    };
     let (nn, ld, lower) = (n * n, n + 1, lower != 0);
     let shared = dynamic_shared::<T>();
     let ex = shared

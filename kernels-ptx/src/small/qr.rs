@@ -10,8 +10,11 @@
 //! shuffle per element). The results equal a sequential `xGEQR2`/`xORG2R` bit for bit (the
 //! tests check this); they differ from an optimized LAPACK or cuSOLVER by rounding only.
 
-use super::{dynamic_shared, padded_bytes, shfl, stage, Real, Scalar, Variant, MAX_SHARED_BYTES};
-use crate::grid::{block_dim_x, block_idx_x, sync_threads, thread_idx_x};
+use super::{
+    dynamic_shared, lane_group, padded_bytes, shfl, stage, LaneGroup, Real, Scalar, Variant,
+    MAX_SHARED_BYTES,
+};
+use crate::grid::sync_threads;
 use crate::launch::{LaunchConfig, ScalarKind};
 use core::ops::Neg;
 use num_complex::Complex;
@@ -303,15 +306,17 @@ pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(
     n: u32,
     batch: u64,
 ) {
-    let (t, nb) = (thread_idx_x(), block_dim_x());
-    let groups = nb / W as u32;
-    let (g, lane) = (t / W as u32, t % W as u32);
-    let lead = t - lane;
-    let first = block_idx_x() as u64 * groups as u64;
-    if first >= batch {
+    let Some(LaneGroup {
+        groups,
+        g,
+        lane,
+        lead,
+        first,
+        count,
+    }) = lane_group::<W>(batch)
+    else {
         return; // the whole block: no barrier is left waiting
-    }
-    let count = (batch - first).min(groups as u64) as u32;
+    };
     let (mn, ld, kmin) = (m * n, ld(m), m.min(n));
     let shared = dynamic_shared::<T>();
     let ex = shared
@@ -371,15 +376,17 @@ pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
     k: u32,
     batch: u64,
 ) {
-    let (t, nb) = (thread_idx_x(), block_dim_x());
-    let groups = nb / W as u32;
-    let (g, lane) = (t / W as u32, t % W as u32);
-    let lead = t - lane;
-    let first = block_idx_x() as u64 * groups as u64;
-    if first >= batch {
-        return;
-    }
-    let count = (batch - first).min(groups as u64) as u32;
+    let Some(LaneGroup {
+        groups,
+        g,
+        lane,
+        lead,
+        first,
+        count,
+    }) = lane_group::<W>(batch)
+    else {
+        return; // the whole block: no barrier is left waiting
+    };
     let (mn, ld) = (m * n, ld(m));
     let shared = dynamic_shared::<T>();
     let ex = shared
