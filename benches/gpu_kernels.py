@@ -30,30 +30,29 @@ import ferrax
 REPEATS = 7
 
 
-def per_call_ms(fn, inputs, repeats=REPEATS):
-    """Median ms per application of ``fn`` over the input tuples in ``inputs``."""
-    batch = jax.jit(lambda sets: [fn(*s) for s in sets])
-    jax.block_until_ready(batch(inputs))
+def median_ms(run, repeats=REPEATS):
+    """Median wall time of ``run()`` to completion, in ms, after one warm-up call."""
+    jax.block_until_ready(run())
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(batch(inputs))
+        jax.block_until_ready(run())
         times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3 / len(inputs)
+    return statistics.median(times) * 1e3
 
 
-def chained_ms(update, factor, vectors, repeats=REPEATS):
+def per_call_ms(fn, inputs):
+    """Median ms per application of ``fn`` over the input tuples in ``inputs``."""
+    batch = jax.jit(lambda sets: [fn(*s) for s in sets])
+    return median_ms(lambda: batch(inputs)) / len(inputs)
+
+
+def chained_ms(update, factor, vectors):
     """Median ms per update when the updates run back to back on one factor in one jit: the
     op aliases its result to its input, so apart from the first, XLA updates in place instead
     of copying a non-donated input before each call."""
     chain = jax.jit(lambda r, ws: functools.reduce(update, ws, r))
-    jax.block_until_ready(chain(factor, vectors))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(chain(factor, vectors))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3 / len(vectors)
+    return median_ms(lambda: chain(factor, vectors)) / len(vectors)
 
 
 def stock_and_ferrax(fn, *inputs, timer=per_call_ms):

@@ -109,11 +109,10 @@ def test_installed_lu_matches_stock(gpu, rng):
 
 def _factor_and_vector(rng, batch, n, dtype):
     dtype = np.dtype(dtype)
-    x = rng.standard_normal(batch + (n, n))
+    a = _spd(rng, batch, n, np.complex128 if dtype.kind == "c" else np.float64)
     w = rng.standard_normal(batch + (n,))
     if dtype.kind == "c":
-        x, w = x + 1j * rng.standard_normal(x.shape), w + 1j * rng.standard_normal(w.shape)
-    a = x @ np.conj(np.swapaxes(x, -1, -2)) + n * np.eye(n)
+        w = w + 1j * rng.standard_normal(w.shape)
     r = np.conj(np.swapaxes(np.linalg.cholesky(a), -1, -2))
     # Noise below the diagonal: the kernel must leave it alone.
     r = r + np.tril(rng.standard_normal(r.shape), -1)
