@@ -49,28 +49,35 @@ def operand(rng, op, dtype, batch, n):
     return jnp.asarray(a.astype(dtype))
 
 
-def median_ms(fn, arg, repeats):
-    jax.block_until_ready(fn(arg))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def interleaved_ms(fns, arg, repeats):
+    """Times each compiled function in `fns` on `arg`, alternating between them call by call
+    so that both see the same machine state (this host's load drifts), and returns each one's
+    median in ms."""
+    for fn in fns:
         jax.block_until_ready(fn(arg))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, samples in zip(fns, times):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(arg))
+            samples.append(time.perf_counter() - start)
+    return [statistics.median(samples) * 1e3 for samples in times]
 
 
 def measure(op, dtype, n, repeats, rng):
     batch = max(1, BATCH_BYTES // (n * n * np.dtype(dtype).itemsize))
     a = operand(rng, op, dtype, batch, n)
     ferrax.uninstall()
-    stock = median_ms(jax.jit(OPS[op]), a, repeats)
+    stock = jax.jit(OPS[op]).lower(a).compile()
     ferrax.install()
-    fn = jax.jit(OPS[op])
-    routed = any(t in fn.lower(a).as_text() for t in ferrax.target_names())
-    ours = median_ms(fn, a, repeats)
+    lowered = jax.jit(OPS[op]).lower(a)
+    routed = any(t in lowered.as_text() for t in ferrax.target_names())
+    ours = lowered.compile()
     ferrax.uninstall()
+    stock_ms, ferrax_ms = interleaved_ms([stock, ours], a, repeats)
     return {"op": op, "dtype": np.dtype(dtype).name, "n": n, "batch": batch,
-            "jaxlib_ms": stock, "ferrax_ms": ours, "speedup": stock / ours, "routed": routed}
+            "jaxlib_ms": stock_ms, "ferrax_ms": ferrax_ms, "speedup": stock_ms / ferrax_ms,
+            "routed": routed}
 
 
 def plot(results, directory):
@@ -108,7 +115,7 @@ def main(argv=None):
     results = [measure(op, dtype, n, repeats, rng)
                for op in args.ops.split(",") for dtype in dtypes for n in sizes]
 
-    print(f"CPU, {os.cpu_count()} cores, jax {jax.__version__}, median of {repeats} calls (ms)")
+    print(f"CPU, {os.cpu_count()} cores, jax {jax.__version__}, jaxlib {jax.lib.__version__}, median of {repeats} interleaved calls (ms)")
     header = f"{'op':<17} {'dtype':<10} {'n':>4} {'batch':>7} {'jaxlib':>9} {'ferrax':>9} {'speedup':>8}"
     print(header + "\n" + "-" * len(header))
     for r in results:

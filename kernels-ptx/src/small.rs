@@ -1011,7 +1011,7 @@ pub fn potrf_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig
 
 pub mod qr;
 mod sequential;
-pub use sequential::{getf2, potf2};
+pub use sequential::{getf2, potf2, trsm, Transpose};
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]
 mod tests;

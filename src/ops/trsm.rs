@@ -8,6 +8,7 @@ use crate::ffi::{Buffer, MatrixBatch, Result, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::{char_attr, for_each_parallel, lapack_dim, routine, SharedMut};
 use crate::ops::{dispatch_lapack, Scalar};
+use ferrax_kernels::small::{self, Transpose};
 use std::ffi::{c_char, CStr};
 
 pub const TARGET: &CStr = c"ferrax_trsm";
@@ -57,7 +58,13 @@ fn trsm_cpu(
     dispatch_lapack!(x, trsm_typed(pool, x, y, y_out, flags))
 }
 
-fn trsm_typed<T: Scalar>(
+/// Up to this many rows and columns of `y` the CPU handler solves in Rust ([`small::trsm`]): there
+/// one BLAS call costs more than the solve, and concurrent calls contend inside OpenBLAS
+/// (`benches/cpu_linalg.py`: 0.5x jaxlib's serial loop at n = 4 through OpenBLAS, 1.6-2x in Rust;
+/// at n = 16 OpenBLAS is faster for complex matrices).
+pub const CPU_SMALL_MAX: usize = 8;
+
+fn trsm_typed<T: Scalar + small::Scalar>(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
     y: Buffer<'_>,
@@ -89,6 +96,35 @@ fn trsm_typed<T: Scalar>(
     let b = SharedMut(b.as_mut_ptr());
     let (a_len, b_len) = (a_shape.matrix_len(), b_shape.matrix_len());
     let flops = (a_shape.rows * b_len).max(1);
+    if b_shape.rows.max(b_shape.cols) <= CPU_SMALL_MAX {
+        let transpose = match flags.trans as u8 {
+            b'N' => Transpose::No,
+            b'T' => Transpose::Yes,
+            _ => Transpose::Conjugate,
+        };
+        let left = flags.side == b'L' as c_char;
+        let lower = flags.uplo == b'L' as c_char;
+        let unit = flags.diag == b'U' as c_char;
+        let (rows, cols, k_rows) = (b_shape.rows, b_shape.cols, a_shape.rows.max(1));
+        return for_each_parallel(&pool, b_shape.batch, flops, &|i| {
+            // SAFETY: matrix `i` of `y_out` is written by this task alone.
+            let b = unsafe { std::slice::from_raw_parts_mut(b.at(i * b_len), b_len) };
+            let a = &a[i * a_len..(i + 1) * a_len];
+            small::trsm(
+                left,
+                lower,
+                transpose,
+                unit,
+                rows,
+                cols,
+                a,
+                k_rows,
+                b,
+                rows.max(1),
+            );
+            Ok(())
+        });
+    }
     for_each_parallel(&pool, b_shape.batch, flops, &|i| {
         // SAFETY: matrix `i` of `y_out` is written by this task alone; BLAS reads `lda * k`
         // elements of `x` (shared, read-only) and reads and writes `ldb * n` of `y_out`.
@@ -100,7 +136,7 @@ fn trsm_typed<T: Scalar>(
                 &flags.diag,
                 &m,
                 &n,
-                &T::ONE,
+                &<T as Scalar>::ONE,
                 a[i * a_len..].as_ptr(),
                 &lda,
                 b.at(i * b_len),

@@ -158,3 +158,120 @@ fn potf2_in<T: Scalar, const LOWER: bool>(a: &mut [T], n: usize, lda: usize) -> 
     }
     0
 }
+
+/// Which matrix a triangular solve applies: `A`, `Aᵀ` or `Aᴴ` (BLAS's `transa` 'N', 'T', 'C').
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transpose {
+    No,
+    Yes,
+    Conjugate,
+}
+
+/// The triangular solve BLAS `xTRSM` makes with alpha = 1, for small matrices: `B ← op(A)⁻¹·B`
+/// (`left`) or `B ← B·op(A)⁻¹`, with `B` `m×n` and `A` `k×k` (`k = m` for `left`, else `n`),
+/// of which only the `lower` (else upper) triangle is read, and not its diagonal if `unit`.
+///
+/// Arithmetic as OpenBLAS's kernels, whose NaN and infinity patterns callers compare with:
+/// each diagonal element is applied as its reciprocal, and no product is skipped for a zero
+/// factor, so a singular `A` spreads infinities and NaNs to every element that depends on it.
+///
+/// # Panics
+/// If a slice is too short for its matrix or a leading dimension is below the row count.
+#[allow(clippy::too_many_arguments)] // BLAS's argument list
+pub fn trsm<T: Scalar>(
+    left: bool,
+    lower: bool,
+    trans: Transpose,
+    unit: bool,
+    m: usize,
+    n: usize,
+    a: &[T],
+    lda: usize,
+    b: &mut [T],
+    ldb: usize,
+) {
+    let k = if left { m } else { n };
+    check_len(a, k, k, lda);
+    check_len(b, m, n, ldb);
+    if m == 0 || n == 0 {
+        return;
+    }
+    // op(A)(i, j), read from the stored triangle.
+    let op = |i: usize, j: usize| match trans {
+        Transpose::No => a[j * lda + i],
+        Transpose::Yes => a[i * lda + j],
+        Transpose::Conjugate => a[i * lda + j].conj(),
+    };
+    let reciprocal = |j: usize| (!unit).then(|| T::ONE.quotient(op(j, j)));
+    // Transposing swaps the triangle op(A) has its entries in.
+    let op_lower = lower == (trans == Transpose::No);
+    if left {
+        // Each column of B on its own, in op(A)'s order of substitution.
+        for col in b.chunks_mut(ldb).take(n) {
+            let col = &mut col[..m];
+            if trans == Transpose::No {
+                // Each solved x_j is removed from the rows still to solve, with column j of A
+                // (contiguous).
+                for step in 0..m {
+                    let j = if op_lower { step } else { m - 1 - step };
+                    if let Some(r) = reciprocal(j) {
+                        col[j] = col[j] * r;
+                    }
+                    let x = col[j];
+                    let (rows, rest) = if op_lower {
+                        (j + 1..m, j + 1)
+                    } else {
+                        (0..j, 0)
+                    };
+                    let a_col = &a[j * lda + rows.start..j * lda + rows.end];
+                    for (y, &l) in col[rest..rest + a_col.len()].iter_mut().zip(a_col) {
+                        *y = *y - l * x;
+                    }
+                }
+            } else {
+                // op(A)'s row i is A's column i: x_i is its dot product with the solved x's.
+                let conj = trans == Transpose::Conjugate;
+                for step in 0..m {
+                    let i = if op_lower { step } else { m - 1 - step };
+                    let solved = if op_lower { 0..i } else { i + 1..m };
+                    let a_col = &a[i * lda + solved.start..i * lda + solved.end];
+                    let mut y = col[i];
+                    for (&l, &x) in a_col.iter().zip(&col[solved]) {
+                        y = y - if conj { l.conj() } else { l } * x;
+                    }
+                    col[i] = match reciprocal(i) {
+                        Some(r) => y * r,
+                        None => y,
+                    };
+                }
+            }
+        }
+    } else {
+        // Column j of X needs the columns of X that op(A)'s column j reaches: the earlier ones
+        // for an upper op(A), the later ones for a lower one; solved, column j then updates
+        // the columns that still need it.
+        let order = |j: usize| if op_lower { n - 1 - j } else { j };
+        for step in 0..n {
+            let j = order(step);
+            if let Some(r) = reciprocal(j) {
+                for x in &mut b[j * ldb..j * ldb + m] {
+                    *x = *x * r;
+                }
+            }
+            for later in step + 1..n {
+                let l = order(later);
+                let f = op(j, l);
+                let (solved, target) = if j < l {
+                    let (head, tail) = b.split_at_mut(l * ldb);
+                    (&head[j * ldb..j * ldb + m], &mut tail[..m])
+                } else {
+                    let (head, tail) = b.split_at_mut(j * ldb);
+                    (&tail[..m], &mut head[l * ldb..l * ldb + m])
+                };
+                for (y, &x) in target.iter_mut().zip(solved) {
+                    *y = *y - x * f;
+                }
+            }
+        }
+    }
+}

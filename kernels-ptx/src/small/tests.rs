@@ -587,3 +587,95 @@ fn empty_matrices_report_success() {
     assert!(ipiv.is_empty());
     assert_eq!(info, [0, 0]);
 }
+
+/// `trsm` for every side, triangle, transpose and diagonal, with leading dimensions above the
+/// row counts: op(A)·X (or X·op(A)) must give back B, and nothing outside X may change.
+fn trsm_all<T: TestScalar>() {
+    let mut rng = Rng(0x7215);
+    for (m, n) in [(1, 1), (4, 3), (3, 7), (16, 16), (9, 2)] {
+        for &left in &[true, false] {
+            for &lower in &[true, false] {
+                for trans in [Transpose::No, Transpose::Yes, Transpose::Conjugate] {
+                    for &unit in &[false, true] {
+                        let k = if left { m } else { n };
+                        let (lda, ldb) = (k + 2, m + 1);
+                        let mut a: Vec<T> = rng.matrices(lda * k);
+                        for j in 0..k {
+                            a[j * lda + j] = T::from_parts(2.0 + k as f64, 0.5);
+                            // well conditioned
+                        }
+                        let b: Vec<T> = rng.matrices(ldb * n);
+                        let mut x = b.clone();
+                        trsm(left, lower, trans, unit, m, n, &a, lda, &mut x, ldb);
+                        // op(A)(i, j) as a full matrix, zero outside the triangle.
+                        let op = |i: usize, j: usize| {
+                            let (r, c) = if trans == Transpose::No {
+                                (i, j)
+                            } else {
+                                (j, i)
+                            };
+                            let v = if r == c && unit {
+                                Complex::new(1.0, 0.0)
+                            } else if (lower && r >= c) || (!lower && r <= c) {
+                                a[c * lda + r].c128()
+                            } else {
+                                Complex::new(0.0, 0.0)
+                            };
+                            if trans == Transpose::Conjugate {
+                                v.conj()
+                            } else {
+                                v
+                            }
+                        };
+                        let xs = |i: usize, j: usize| x[j * ldb + i].c128();
+                        for i in 0..m {
+                            for j in 0..n {
+                                let mut s = Complex::new(0.0, 0.0);
+                                for l in 0..k {
+                                    s += if left {
+                                        op(i, l) * xs(l, j)
+                                    } else {
+                                        xs(i, l) * op(l, j)
+                                    };
+                                }
+                                let err = (s - b[j * ldb + i].c128()).l1_norm();
+                                assert!(
+                                    err <= 100.0 * T::EPS * k as f64,
+                                    "{m}x{n} left {left} lower {lower} {trans:?} unit {unit}: \
+                                     residual {err} at ({i},{j})"
+                                );
+                            }
+                        }
+                        for j in 0..n {
+                            let padding = j * ldb + m;
+                            assert!(padding >= x.len() || x[padding].same(b[padding]));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn trsm_all_types() {
+    trsm_all::<f32>();
+    trsm_all::<f64>();
+    trsm_all::<Complex<f32>>();
+    trsm_all::<Complex<f64>>();
+}
+
+#[test]
+fn trsm_singular_spreads_non_finite_values() {
+    // A zero pivot in row 1 of a lower A: x1 = b1·∞, and x2, x3 depend on it, x0 does not.
+    let mut a = vec![0.0f64; 16];
+    for j in 0..4 {
+        for i in j..4 {
+            a[j * 4 + i] = 1.0 + (i + j) as f64;
+        }
+    }
+    a[5] = 0.0;
+    let mut b = vec![1.0, 2.0, 3.0, 4.0];
+    trsm(true, true, Transpose::No, false, 4, 1, &a, 4, &mut b, 4);
+    assert!(b[0].is_finite() && !b[1].is_finite() && !b[2].is_finite() && !b[3].is_finite());
+}
