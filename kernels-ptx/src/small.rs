@@ -1009,6 +1009,7 @@ pub fn potrf_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig
     })
 }
 
+pub mod lanes;
 pub mod qr;
 mod sequential;
 pub use sequential::{getf2, potf2, trsm, Transpose};

@@ -7,10 +7,11 @@ use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, Thre
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    for_each_parallel, gpu_in_place, gpu_scalar_kind, lapack_dim, routine, small_matrix_launch,
-    SharedMut,
+    by_lanes, for_each_chunk, for_each_parallel, gpu_in_place, gpu_scalar_kind, lapack_dim,
+    routine, small_matrix_launch, SharedMut,
 };
 use ferrax_cpu_fallback::Lapack;
+use ferrax_kernels::small::lanes::{self, LANES};
 use ferrax_kernels::small::{getf2, Scalar};
 use std::ffi::CStr;
 
@@ -50,9 +51,10 @@ fn expect_shapes(a: &Buffer<'_>, ipiv: &Buffer<'_>, info: &Buffer<'_>) -> Result
     Ok(shape)
 }
 
-/// Up to this many rows and columns the CPU handler factors in Rust ([`getf2`], LAPACK's
-/// unblocked algorithm and output): there one OpenBLAS call costs more than the factorization
-/// (`benches/cpu_linalg.py`).
+/// Up to this many rows and columns the CPU handler factors in Rust, [`LANES`] matrices at a
+/// time ([`lanes::getf2`]; [`getf2`] for the rest; LAPACK's unblocked algorithm and output):
+/// there one OpenBLAS call costs more than the factorization (per 16×16 f64 matrix, one core:
+/// `getf2` 709 ns, `lanes::getf2` 570 ns; `benches/cpu_linalg.py`).
 pub const CPU_SMALL_MAX: usize = 16;
 
 fn getrf_typed<T: NativeType + Lapack + Scalar>(
@@ -86,21 +88,35 @@ fn getrf_typed<T: NativeType + Lapack + Scalar>(
     );
     let matrix_len = shape.matrix_len();
     let flops = (shape.rows * shape.cols * k.max(1)).max(1);
-    let small = shape.rows.max(shape.cols) <= CPU_SMALL_MAX;
-    for_each_parallel(&pool, shape.batch, flops, &|b| {
-        if small {
-            // SAFETY: as below; the slices and the reference cover exactly matrix `b`, its
-            // pivots and its info.
-            let (a, p, info) = unsafe {
+    if shape.rows.max(shape.cols) <= CPU_SMALL_MAX {
+        let (rows, cols) = (shape.rows, shape.cols);
+        return for_each_chunk(&pool, shape.batch, flops, &|range| {
+            // SAFETY: the slices cover exactly `count` matrices, pivots and infos from `first`,
+            // items of this chunk, which this task alone writes.
+            let matrices = |first: usize, count: usize| unsafe {
                 (
-                    std::slice::from_raw_parts_mut(lu.at(b * matrix_len), matrix_len),
-                    std::slice::from_raw_parts_mut(ipiv.at(b * k), k),
-                    &mut *info.at(b),
+                    std::slice::from_raw_parts_mut(lu.at(first * matrix_len), count * matrix_len),
+                    std::slice::from_raw_parts_mut(ipiv.at(first * k), count * k),
+                    std::slice::from_raw_parts_mut(info.at(first), count),
                 )
             };
-            *info = getf2(a, shape.rows, shape.cols, shape.rows.max(1), p);
-            return Ok(());
-        }
+            let mut scratch = vec![<T as Scalar>::ZERO; LANES * matrix_len];
+            by_lanes(
+                range,
+                |first| {
+                    let (a, p, info) = matrices(first, LANES);
+                    let info = info.try_into().expect("LANES infos");
+                    lanes::getf2(a, rows, cols, p, info, &mut scratch);
+                },
+                |b| {
+                    let (a, p, info) = matrices(b, 1);
+                    info[0] = getf2(a, rows, cols, rows.max(1), p);
+                },
+            );
+            Ok(())
+        });
+    }
+    for_each_parallel(&pool, shape.batch, flops, &|b| {
         // SAFETY: matrix `b` of each result is written by this task alone; LAPACK reads and
         // writes exactly `lda * n` elements, `min(m, n)` pivots and one info.
         unsafe {

@@ -190,6 +190,23 @@ pub(crate) fn for_each_parallel(
     })
 }
 
+/// Calls `group(first)` for each run of [`LANES`](ferrax_kernels::small::lanes::LANES) items of
+/// `range` (the small-matrix routines that factor that many matrices at once) and `one(item)`
+/// for the items left over.
+pub(crate) fn by_lanes(
+    range: std::ops::Range<usize>,
+    mut group: impl FnMut(usize),
+    mut one: impl FnMut(usize),
+) {
+    use ferrax_kernels::small::lanes::LANES;
+    let mut first = range.start;
+    while first + LANES <= range.end {
+        group(first);
+        first += LANES;
+    }
+    (first..range.end).for_each(&mut one);
+}
+
 /// The LAPACK routine for `T`, or an error that says how to fill the table.
 pub(crate) fn routine<F>(
     lookup: std::result::Result<F, ferrax_cpu_fallback::Missing>,

@@ -679,3 +679,106 @@ fn trsm_singular_spreads_non_finite_values() {
     trsm(true, true, Transpose::No, false, 4, 1, &a, 4, &mut b, 4);
     assert!(b[0].is_finite() && !b[1].is_finite() && !b[2].is_finite() && !b[3].is_finite());
 }
+
+/// `lanes::getf2` and `lanes::potf2_lower` against the one-matrix routines, bit for bit, on
+/// random matrices with special ones mixed in: singular (zero columns, equal rows), NaN, tiny
+/// pivots, and Cholesky failures at different steps in different lanes.
+fn lanes_match_one_matrix_routines<T: TestScalar>() {
+    use super::lanes::{self, LANES};
+    let mut rng = Rng(0x1a2e5);
+    for (m, n) in [
+        (0, 0),
+        (0, 3),
+        (1, 1),
+        (2, 2),
+        (4, 4),
+        (5, 3),
+        (3, 6),
+        (8, 8),
+        (16, 16),
+        (13, 16),
+    ] {
+        let (len, k) = (m * n, m.min(n));
+        let mut a: Vec<T> = rng.matrices(LANES * len);
+        if len == 0 {
+            let mut info = [7; LANES];
+            lanes::getf2(&mut a, m, n, &mut [], &mut info, &mut []);
+            assert_eq!(info, [0; LANES]);
+            lanes::potf2_lower(&mut a, 0, &mut info, &mut []);
+            assert_eq!(info, [0; LANES]);
+            continue;
+        }
+        let special = |a: &mut [T], lane: usize, e: usize, v: T| a[lane * len + e] = v;
+        special(&mut a, 1, 0, T::ZERO); // a zero first pivot candidate
+        for i in 0..m {
+            special(&mut a, 2, i, T::ZERO); // zero first column: info 1, no swap
+        }
+        special(&mut a, 3, len - 1, T::from_parts(f64::NAN, 0.0));
+        // Subnormal entries: pivots below the safe minimum, divided by instead of inverted.
+        let subnormal = if T::EPS > 1e-10 { 1e-39 } else { 1e-310 };
+        for e in 0..len {
+            let x = a[4 * len + e];
+            a[4 * len + e] = x * T::from_parts(subnormal, 0.0);
+        }
+        if m > 1 {
+            for j in 0..n {
+                let x = a[5 * len + j * m];
+                a[5 * len + j * m + 1] = x; // rows 0 and 1 equal: singular
+            }
+        }
+        let mut expected = a.clone();
+        let mut expected_ipiv = vec![0; LANES * k];
+        let mut expected_info = [0; LANES];
+        for l in 0..LANES {
+            expected_info[l] = getf2(
+                &mut expected[l * len..(l + 1) * len],
+                m,
+                n,
+                m,
+                &mut expected_ipiv[l * k..(l + 1) * k],
+            );
+        }
+        let mut got = a.clone();
+        let (mut ipiv, mut info) = (vec![0; LANES * k], [0; LANES]);
+        let mut scratch = vec![T::ZERO; LANES * len];
+        lanes::getf2(&mut got, m, n, &mut ipiv, &mut info, &mut scratch);
+        assert_eq!(
+            (info, &ipiv),
+            (expected_info, &expected_ipiv),
+            "getrf {m}x{n}"
+        );
+        for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
+            assert!(x.same(*y), "getrf {m}x{n}: element {e}: {x:?} != {y:?}");
+        }
+
+        if m != n {
+            continue;
+        }
+        let mut a = spd::<T>(&mut rng, n, LANES);
+        // Lanes 1..: a non-positive diagonal after (lane - 1) steps; lane 7 a NaN.
+        for lane in 1..LANES.min(n + 1) {
+            let d = (lane - 1) * (n + 1);
+            a[lane * len + d] = T::from_parts(-1.0, 0.0);
+        }
+        a[7 * len] = T::from_parts(f64::NAN, 0.0);
+        let mut expected = a.clone();
+        let mut expected_info = [0; LANES];
+        for l in 0..LANES {
+            expected_info[l] = potf2(&mut expected[l * len..(l + 1) * len], n, n, true);
+        }
+        let mut got = a;
+        lanes::potf2_lower(&mut got, n, &mut info, &mut scratch);
+        assert_eq!(info, expected_info, "potrf {n}");
+        for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
+            assert!(x.same(*y), "potrf {n}: element {e}: {x:?} != {y:?}");
+        }
+    }
+}
+
+#[test]
+fn lanes_match_one_matrix_routines_all_types() {
+    lanes_match_one_matrix_routines::<f32>();
+    lanes_match_one_matrix_routines::<f64>();
+    lanes_match_one_matrix_routines::<Complex<f32>>();
+    lanes_match_one_matrix_routines::<Complex<f64>>();
+}

@@ -1,0 +1,234 @@
+//! [`getf2`](super::getf2) and the lower [`potf2`](super::potf2) for [`LANES`] matrices at once,
+//! one per SIMD lane, for the CPU handlers' batches of tiny matrices: there the per-matrix loops
+//! are a few elements long, so loop overhead and latency, not arithmetic, set the time of the
+//! one-matrix routines. Here the matrices are interleaved element by element in a scratch
+//! buffer and every step runs across the lanes (fixed-length loops the compiler vectorizes).
+//!
+//! Each lane performs exactly the operations of the one-matrix routine in the same order
+//! (lane-wise selects where that routine branches), so the results are bit for bit the same,
+//! `info` and pivots included (the tests check this).
+
+use super::{Real, Scalar};
+
+/// Matrices factored together (8 f64 lanes fill an AVX-512 register; the loops vectorize to
+/// the target's width).
+pub const LANES: usize = 8;
+
+/// Copies the `LANES` consecutive `len`-element matrices of `a` into `scratch`, element `e` of
+/// matrix `l` at `e·LANES + l`.
+fn interleave<T: Scalar>(a: &[T], len: usize, scratch: &mut [T]) {
+    for (l, matrix) in a.chunks_exact(len).take(LANES).enumerate() {
+        for (e, &x) in matrix.iter().enumerate() {
+            scratch[e * LANES + l] = x;
+        }
+    }
+}
+
+/// The inverse of [`interleave`].
+fn deinterleave<T: Scalar>(scratch: &[T], len: usize, a: &mut [T]) {
+    for (l, matrix) in a.chunks_exact_mut(len).take(LANES).enumerate() {
+        for (e, x) in matrix.iter_mut().enumerate() {
+            *x = scratch[e * LANES + l];
+        }
+    }
+}
+
+/// The lanes of element `e` (the element's index in one matrix).
+#[inline(always)]
+fn lanes<T>(s: &[T], e: usize) -> &[T; LANES] {
+    s[e * LANES..(e + 1) * LANES].try_into().unwrap()
+}
+
+/// The lanes of element `target`, writable, and those of an earlier element `source`.
+#[inline(always)]
+fn lanes_pair<T>(s: &mut [T], target: usize, source: usize) -> (&mut [T; LANES], &[T; LANES]) {
+    debug_assert!(source < target);
+    let (head, tail) = s.split_at_mut(target * LANES);
+    (
+        (&mut tail[..LANES]).try_into().unwrap(),
+        head[source * LANES..(source + 1) * LANES]
+            .try_into()
+            .unwrap(),
+    )
+}
+
+fn check_sizes<T>(a: &[T], len: usize, scratch: &[T]) {
+    assert!(
+        a.len() >= LANES * len && scratch.len() >= LANES * len,
+        "lanes need {LANES}·{len} elements in the matrices and the scratch"
+    );
+}
+
+/// [`potf2`](super::potf2) with `lower`, for the `LANES` consecutive `n×n` matrices of `a`
+/// (column-major, leading dimension `n`): writes each matrix's `info` to `info[lane]`.
+/// `scratch` holds at least `LANES·n²` elements (its contents are overwritten).
+///
+/// # Panics
+/// If `a` or `scratch` is shorter than `LANES·n²`.
+#[inline(always)] // so that callers compiled for wider vectors (AVX2) compile it so too
+pub fn potf2_lower<T: Scalar>(a: &mut [T], n: usize, info: &mut [i32; LANES], scratch: &mut [T]) {
+    let len = n * n;
+    check_sizes(a, len, scratch);
+    *info = [0; LANES];
+    if len == 0 {
+        return;
+    }
+    interleave(a, len, scratch);
+    let s = &mut scratch[..LANES * len];
+    let at = |i: usize, j: usize| j * n + i;
+    // A lane stops at its first non-positive diagonal, as potf2 returns there: it keeps what it
+    // had, later steps leave it alone.
+    let mut alive = [true; LANES];
+    for j in 0..n {
+        let mut r = [<T::Real as Real>::ZERO; LANES];
+        let diagonal: &mut [T; LANES] = (&mut s[at(j, j) * LANES..][..LANES]).try_into().unwrap();
+        for l in 0..LANES {
+            if !alive[l] {
+                continue;
+            }
+            let d = diagonal[l].re();
+            if d > <T::Real as Real>::ZERO {
+                let root = d.sqrt();
+                r[l] = <T::Real as Real>::ONE / root;
+                diagonal[l] = T::from_real(root);
+            } else {
+                diagonal[l] = T::from_real(d);
+                alive[l] = false;
+                info[l] = j as i32 + 1;
+            }
+        }
+        // Lane-wise selects only once a lane has stopped (rare): they cost more than the
+        // arithmetic.
+        let all_alive = alive.iter().all(|&a| a);
+        for i in j + 1..n {
+            let x: &mut [T; LANES] = (&mut s[at(i, j) * LANES..][..LANES]).try_into().unwrap();
+            for l in 0..LANES {
+                let v = x[l].scale(r[l]);
+                x[l] = if all_alive || alive[l] { v } else { x[l] };
+            }
+        }
+        for k in j + 1..n {
+            let lk: [T; LANES] = core::array::from_fn(|l| lanes(s, at(k, j))[l].conj());
+            for i in k..n {
+                let (x, li) = lanes_pair(s, at(i, k), at(i, j));
+                if all_alive {
+                    for l in 0..LANES {
+                        x[l] = x[l] - li[l] * lk[l];
+                    }
+                } else {
+                    for l in 0..LANES {
+                        let v = x[l] - li[l] * lk[l];
+                        x[l] = if alive[l] { v } else { x[l] };
+                    }
+                }
+            }
+        }
+    }
+    deinterleave(s, len, a);
+}
+
+/// [`getf2`](super::getf2) for the `LANES` consecutive `m×n` matrices of `a` (column-major,
+/// leading dimension `m`): matrix `l`'s pivots go to `ipiv[l·min(m, n)..]` and its `info` to
+/// `info[l]`. `scratch` holds at least `LANES·m·n` elements (its contents are overwritten).
+///
+/// # Panics
+/// If `a` or `scratch` is shorter than `LANES·m·n`, or `ipiv` than `LANES·min(m, n)`.
+#[inline(always)] // as potf2_lower
+pub fn getf2<T: Scalar>(
+    a: &mut [T],
+    m: usize,
+    n: usize,
+    ipiv: &mut [i32],
+    info: &mut [i32; LANES],
+    scratch: &mut [T],
+) {
+    let (len, k) = (m * n, m.min(n));
+    check_sizes(a, len, scratch);
+    assert!(ipiv.len() >= LANES * k, "ipiv needs {LANES}·{k} elements");
+    *info = [0; LANES];
+    if len == 0 {
+        return;
+    }
+    interleave(a, len, scratch);
+    let s = &mut scratch[..LANES * len];
+    let at = |i: usize, j: usize| j * m + i;
+    let zero = T::ZERO;
+    for j in 0..k {
+        // The first largest |re| + |im| at or below the diagonal (a NaN is never exceeded).
+        let mut pivot_row = [j; LANES];
+        let mut largest: [T::Real; LANES] = core::array::from_fn(|l| lanes(s, at(j, j))[l].abs1());
+        for i in j + 1..m {
+            let x = lanes(s, at(i, j));
+            for l in 0..LANES {
+                let v = x[l].abs1();
+                if v > largest[l] {
+                    (pivot_row[l], largest[l]) = (i, v);
+                }
+            }
+        }
+        let pivot: [T; LANES] = core::array::from_fn(|l| lanes(s, at(pivot_row[l], j))[l]);
+        for l in 0..LANES {
+            ipiv[l * k + j] = pivot_row[l] as i32 + 1;
+            if pivot[l] == zero {
+                if info[l] == 0 {
+                    info[l] = j as i32 + 1;
+                }
+            } else if pivot_row[l] != j {
+                for c in 0..n {
+                    s.swap(at(j, c) * LANES + l, at(pivot_row[l], c) * LANES + l);
+                }
+            }
+        }
+        // Below the pivot: times its reciprocal, or divided by it where the pivot is below the
+        // safe minimum; untouched in lanes whose pivot is zero.
+        let reciprocal: [T; LANES] = core::array::from_fn(|l| T::ONE.quotient(pivot[l]));
+        let tiny = pivot
+            .iter()
+            .any(|p| *p != zero && !p.modulus_at_least(<T::Real as Real>::SAFE_MIN));
+        // Lane-wise selects only where some lane needs them (rare): they cost more than the
+        // arithmetic.
+        let all_nonzero = pivot.iter().all(|p| *p != zero);
+        for i in j + 1..m {
+            let x: &mut [T; LANES] = (&mut s[at(i, j) * LANES..][..LANES]).try_into().unwrap();
+            if tiny {
+                for l in 0..LANES {
+                    if pivot[l] != zero {
+                        x[l] = if pivot[l].modulus_at_least(<T::Real as Real>::SAFE_MIN) {
+                            x[l] * reciprocal[l]
+                        } else {
+                            x[l].quotient(pivot[l])
+                        };
+                    }
+                }
+            } else if all_nonzero {
+                for l in 0..LANES {
+                    x[l] = x[l] * reciprocal[l];
+                }
+            } else {
+                for l in 0..LANES {
+                    let v = x[l] * reciprocal[l];
+                    x[l] = if pivot[l] != zero { v } else { x[l] };
+                }
+            }
+        }
+        // The rank-1 update, skipping zero multipliers as xGER does.
+        for c in j + 1..n {
+            let u = *lanes(s, at(j, c));
+            let all_nonzero = u.iter().all(|x| *x != zero);
+            for i in j + 1..m {
+                let (x, lx) = lanes_pair(s, at(i, c), at(i, j));
+                if all_nonzero {
+                    for l in 0..LANES {
+                        x[l] = x[l] - lx[l] * u[l];
+                    }
+                } else {
+                    for l in 0..LANES {
+                        let v = x[l] - lx[l] * u[l];
+                        x[l] = if u[l] != zero { v } else { x[l] };
+                    }
+                }
+            }
+        }
+    }
+    deinterleave(s, len, a);
+}

@@ -1,0 +1,109 @@
+"""Batches of tiny matrices on the CPU: ferrax factors them in Rust, eight at a time (one per
+SIMD lane, ``ferrax_kernels::small::lanes``) and the rest of a thread's chunk one by one. The
+batches here are long enough for both, and mix failing matrices (singular, non-finite,
+indefinite) into different lanes; results are checked against stock jax (LAPACK) and by
+reconstruction.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ferrax
+
+BATCH = 37  # several full groups of eight per thread's chunk, and a partial one
+
+
+def _stock_and_ferrax(fn, *args, target):
+    ferrax.uninstall()
+    stock = jax.tree.map(np.asarray, jax.jit(fn)(*args))
+    ferrax.install()
+    try:
+        lowered = jax.jit(fn).lower(*args)
+        assert target in lowered.as_text()
+        got = jax.tree.map(np.asarray, lowered.compile()(*args))
+    finally:
+        ferrax.uninstall()
+    return stock, got
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 16])
+def test_lu_batches_match_stock(n, dtype, random_matrix, assert_close):
+    a = random_matrix((BATCH, n, n), dtype)
+    a[5, :, 0] = 0  # singular: zero first column
+    a[12, n - 1, :] = a[12, 0, :]  # singular: repeated row (for n > 1)
+    a[20, 0, n - 1] = np.nan
+    a[33] *= 1e-30  # tiny but regular
+    stock, got = _stock_and_ferrax(jax.lax.linalg.lu, a, target="ferrax_getrf")
+    lu, pivots, permutation = got
+    np.testing.assert_array_equal(pivots, stock[1])
+    np.testing.assert_array_equal(permutation, stock[2])
+    finite = [b for b in range(BATCH) if b != 20]
+    assert_close(lu[finite], stock[0][finite], dtype)
+    np.testing.assert_array_equal(np.isnan(lu[20]), np.isnan(stock[0][20]))
+    # P·A = L·U for the finite ones.
+    lower = np.tril(lu, -1) + np.eye(n, dtype=dtype)
+    upper = np.triu(lu)
+    rows = np.take_along_axis(a, permutation[..., None], axis=-2)
+    assert_close((lower @ upper)[finite], rows[finite], dtype, kind="reconstruct")
+
+
+def _hermitian_positive_definite(random_matrix, shape, dtype):
+    x = random_matrix(shape, dtype)
+    n = shape[-1]
+    return (x @ np.conj(np.swapaxes(x, -1, -2)) + n * np.eye(n)).astype(dtype)
+
+
+@pytest.mark.parametrize("n", [1, 4, 8, 16])
+def test_cholesky_batches_match_stock(n, dtype, random_matrix, assert_close):
+    a = _hermitian_positive_definite(random_matrix, (BATCH, n, n), dtype)
+    failing = {3: 0, 9: n // 2, 10: n - 1, 26: n - 1}  # matrix -> first non-positive pivot
+    for b, j in failing.items():
+        a[b, j, j] = -1
+    a[30, n - 1, 0] = np.nan
+    fn = lambda a: jax.lax.linalg.cholesky(a, symmetrize_input=False)
+    stock, got = _stock_and_ferrax(fn, a, target="ferrax_potrf")
+    # A NaN reaching a pivot stops LAPACK's reference xPOTF2, and ferrax, with info > 0, so jax
+    # returns NaN for the whole factor; OpenBLAS's potrf does not test for NaN and returns the
+    # rows it reaches as NaN. Both NaN wherever stock is.
+    assert np.isnan(got[30][np.isnan(stock[30])]).all()
+    lower = np.tril_indices(n)
+    assert np.isnan(got[30][lower]).all()
+    others = [b for b in range(BATCH) if b != 30]
+    assert_close(got[others], stock[others], dtype)  # NaN where stock has NaN
+    for b in others:
+        assert np.isnan(got[b][lower]).all() == (b in failing), b
+    failing[30] = n - 1
+    good = [b for b in range(BATCH) if b not in failing]
+    l = got[good]
+    assert_close(l @ np.conj(np.swapaxes(l, -1, -2)), a[good], dtype, kind="reconstruct")
+
+
+def _raw_potrf(a, uplo):
+    call = jax.ffi.ffi_call(
+        "ferrax_potrf",
+        (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-2], np.int32)),
+        input_output_aliases={0: 0})
+    # ferrax's contract is column-major: pass the transpose, so that the callee sees `a`.
+    factor, info = jax.jit(lambda a: call(jnp.swapaxes(a, -1, -2), uplo=np.uint8(ord(uplo))))(a)
+    return np.swapaxes(np.asarray(factor), -1, -2), np.asarray(info)
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_raw_potrf_batches_leave_the_other_triangle(uplo, dtype, random_matrix, assert_close):
+    ferrax.install()  # registers the targets
+    n = 6
+    a = _hermitian_positive_definite(random_matrix, (BATCH, n, n), dtype)
+    other = np.triu_indices(n, 1) if uplo == "L" else np.tril_indices(n, -1)
+    a[:, other[0], other[1]] = 1000 + random_matrix((BATCH, len(other[0])), dtype)  # not read
+    a[7, 2, 2] = 0  # indefinite at column 3
+    factor, info = _raw_potrf(a, uplo)
+    np.testing.assert_array_equal(info, [3 if b == 7 else 0 for b in range(BATCH)])
+    np.testing.assert_array_equal(factor[:, other[0], other[1]], a[:, other[0], other[1]])
+    t = np.tril(factor) if uplo == "L" else np.conj(np.swapaxes(np.triu(factor), -1, -2))
+    good = [b for b in range(BATCH) if b != 7]
+    hermitian = np.tril(a) + np.conj(np.swapaxes(np.tril(a, -1), -1, -2)) if uplo == "L" else \
+        np.triu(a) + np.conj(np.swapaxes(np.triu(a, 1), -1, -2))
+    assert_close((t @ np.conj(np.swapaxes(t, -1, -2)))[good], hermitian[good], dtype,
+                 kind="reconstruct")
