@@ -49,9 +49,9 @@ fn expect_shapes(a: &Buffer<'_>, info: &Buffer<'_>) -> Result<MatrixBatch> {
 }
 
 /// Up to this order the CPU handler factors in Rust, [`LANES`] matrices at a time
-/// ([`lanes::potf2_lower`]; [`potf2`] for the upper triangle and the rest): there one OpenBLAS
+/// ([`lanes::potf2`]; [`potf2`] for the rest): there one OpenBLAS
 /// call costs more than the factorization (per 16×16 f64 matrix, one core: OpenBLAS 470 ns,
-/// `potf2` 740 ns, `potf2_lower` 376 ns; at 32 OpenBLAS is faster).
+/// `potf2` 740 ns, `lanes::potf2` 376 ns; at 32 OpenBLAS is faster).
 pub const CPU_SMALL_MAX: usize = 16;
 
 fn potrf_typed<T: NativeType + Lapack + Scalar>(
@@ -93,15 +93,11 @@ fn potrf_typed<T: NativeType + Lapack + Scalar>(
                 let (a, info) = matrices(b, 1);
                 info[0] = potf2(a, order, order.max(1), lower);
             };
-            if !lower {
-                range.for_each(one);
-                return Ok(());
-            }
             let mut scratch = vec![<T as Scalar>::ZERO; LANES * matrix_len];
             let group = |first: usize| {
                 let (a, info) = matrices(first, LANES);
                 let info = info.try_into().expect("LANES infos");
-                lanes::potf2_lower(a, order, info, &mut scratch);
+                lanes::potf2(a, order, lower, info, &mut scratch);
             };
             by_lanes(range, group, one);
             Ok(())

@@ -1,4 +1,4 @@
-//! [`getf2`](super::getf2) and the lower [`potf2`](super::potf2) for [`LANES`] matrices at once,
+//! [`getf2`](super::getf2) and [`potf2`](super::potf2) for [`LANES`] matrices at once,
 //! one per SIMD lane, for the CPU handlers' batches of tiny matrices: there the per-matrix loops
 //! are a few elements long, so loop overhead and latency, not arithmetic, set the time of the
 //! one-matrix routines. Here the matrices are interleaved element by element in a scratch
@@ -33,6 +33,31 @@ fn deinterleave<T: Scalar>(scratch: &[T], len: usize, a: &mut [T]) {
     }
 }
 
+/// [`interleave`] of the conjugate transposes of `n×n` matrices, their diagonals as they are
+/// (what [`potf2`](super::potf2) reads of an upper triangle as the lower one).
+fn interleave_adjoint<T: Scalar>(a: &[T], n: usize, scratch: &mut [T]) {
+    for (l, matrix) in a.chunks_exact(n * n).take(LANES).enumerate() {
+        for j in 0..n {
+            for i in 0..n {
+                let x = matrix[i * n + j];
+                scratch[(j * n + i) * LANES + l] = if i == j { x } else { x.conj() };
+            }
+        }
+    }
+}
+
+/// The inverse of [`interleave_adjoint`].
+fn deinterleave_adjoint<T: Scalar>(scratch: &[T], n: usize, a: &mut [T]) {
+    for (l, matrix) in a.chunks_exact_mut(n * n).take(LANES).enumerate() {
+        for j in 0..n {
+            for i in 0..n {
+                let x = scratch[(j * n + i) * LANES + l];
+                matrix[i * n + j] = if i == j { x } else { x.conj() };
+            }
+        }
+    }
+}
+
 /// The lanes of element `e` (the element's index in one matrix).
 #[inline(always)]
 fn lanes<T>(s: &[T], e: usize) -> &[T; LANES] {
@@ -59,21 +84,31 @@ fn check_sizes<T>(a: &[T], len: usize, scratch: &[T]) {
     );
 }
 
-/// [`potf2`](super::potf2) with `lower`, for the `LANES` consecutive `n×n` matrices of `a`
-/// (column-major, leading dimension `n`): writes each matrix's `info` to `info[lane]`.
-/// `scratch` holds at least `LANES·n²` elements (its contents are overwritten).
+/// [`potf2`](super::potf2) for the `LANES` consecutive `n×n` matrices of `a` (column-major,
+/// leading dimension `n`), in their `lower` or upper triangle: writes each matrix's `info` to
+/// `info[lane]`. `scratch` holds at least `LANES·n²` elements (its contents are overwritten).
 ///
 /// # Panics
 /// If `a` or `scratch` is shorter than `LANES·n²`.
-#[inline(always)] // so that callers compiled for wider vectors (AVX2) compile it so too
-pub fn potf2_lower<T: Scalar>(a: &mut [T], n: usize, info: &mut [i32; LANES], scratch: &mut [T]) {
+pub fn potf2<T: Scalar>(
+    a: &mut [T],
+    n: usize,
+    lower: bool,
+    info: &mut [i32; LANES],
+    scratch: &mut [T],
+) {
     let len = n * n;
     check_sizes(a, len, scratch);
     *info = [0; LANES];
     if len == 0 {
         return;
     }
-    interleave(a, len, scratch);
+    // An upper triangle is factored as potf2 does it: as the lower triangle of the adjoint.
+    if lower {
+        interleave(a, len, scratch);
+    } else {
+        interleave_adjoint(a, n, scratch);
+    }
     let s = &mut scratch[..LANES * len];
     let at = |i: usize, j: usize| j * n + i;
     // A lane stops at its first non-positive diagonal, as potf2 returns there: it keeps what it
@@ -124,7 +159,11 @@ pub fn potf2_lower<T: Scalar>(a: &mut [T], n: usize, info: &mut [i32; LANES], sc
             }
         }
     }
-    deinterleave(s, len, a);
+    if lower {
+        deinterleave(s, len, a);
+    } else {
+        deinterleave_adjoint(s, n, a);
+    }
 }
 
 /// [`getf2`](super::getf2) for the `LANES` consecutive `m×n` matrices of `a` (column-major,
@@ -133,7 +172,6 @@ pub fn potf2_lower<T: Scalar>(a: &mut [T], n: usize, info: &mut [i32; LANES], sc
 ///
 /// # Panics
 /// If `a` or `scratch` is shorter than `LANES·m·n`, or `ipiv` than `LANES·min(m, n)`.
-#[inline(always)] // as potf2_lower
 pub fn getf2<T: Scalar>(
     a: &mut [T],
     m: usize,

@@ -680,7 +680,7 @@ fn trsm_singular_spreads_non_finite_values() {
     assert!(b[0].is_finite() && !b[1].is_finite() && !b[2].is_finite() && !b[3].is_finite());
 }
 
-/// `lanes::getf2` and `lanes::potf2_lower` against the one-matrix routines, bit for bit, on
+/// `lanes::getf2` and `lanes::potf2` against the one-matrix routines, bit for bit, on
 /// random matrices with special ones mixed in: singular (zero columns, equal rows), NaN, tiny
 /// pivots, and Cholesky failures at different steps in different lanes.
 fn lanes_match_one_matrix_routines<T: TestScalar>() {
@@ -704,7 +704,7 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
             let mut info = [7; LANES];
             lanes::getf2(&mut a, m, n, &mut [], &mut info, &mut []);
             assert_eq!(info, [0; LANES]);
-            lanes::potf2_lower(&mut a, 0, &mut info, &mut []);
+            lanes::potf2(&mut a, 0, true, &mut info, &mut []);
             assert_eq!(info, [0; LANES]);
             continue;
         }
@@ -754,23 +754,31 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
         if m != n {
             continue;
         }
-        let mut a = spd::<T>(&mut rng, n, LANES);
-        // Lanes 1..: a non-positive diagonal after (lane - 1) steps; lane 7 a NaN.
-        for lane in 1..LANES.min(n + 1) {
-            let d = (lane - 1) * (n + 1);
-            a[lane * len + d] = T::from_parts(-1.0, 0.0);
-        }
-        a[7 * len] = T::from_parts(f64::NAN, 0.0);
-        let mut expected = a.clone();
-        let mut expected_info = [0; LANES];
-        for l in 0..LANES {
-            expected_info[l] = potf2(&mut expected[l * len..(l + 1) * len], n, n, true);
-        }
-        let mut got = a;
-        lanes::potf2_lower(&mut got, n, &mut info, &mut scratch);
-        assert_eq!(info, expected_info, "potrf {n}");
-        for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
-            assert!(x.same(*y), "potrf {n}: element {e}: {x:?} != {y:?}");
+        for lower in [true, false] {
+            let mut a = spd::<T>(&mut rng, n, LANES);
+            for l in 0..LANES {
+                mark_other_triangle(&mut a[l * len..(l + 1) * len], n, lower);
+            }
+            // Lanes 1..: a non-positive diagonal after (lane - 1) steps; lane 7 a NaN.
+            for lane in 1..LANES.min(n + 1) {
+                let d = (lane - 1) * (n + 1);
+                a[lane * len + d] = T::from_parts(-1.0, 0.0);
+            }
+            a[7 * len] = T::from_parts(f64::NAN, 0.0);
+            let mut expected = a.clone();
+            let mut expected_info = [0; LANES];
+            for l in 0..LANES {
+                expected_info[l] = potf2(&mut expected[l * len..(l + 1) * len], n, n, lower);
+            }
+            let mut got = a;
+            lanes::potf2(&mut got, n, lower, &mut info, &mut scratch);
+            assert_eq!(info, expected_info, "potrf {n} lower {lower}");
+            for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
+                assert!(
+                    x.same(*y),
+                    "potrf {n} lower {lower}: element {e}: {x:?} != {y:?}"
+                );
+            }
         }
     }
 }
