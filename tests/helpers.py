@@ -18,6 +18,21 @@ def assert_same(ours, stock):
         np.testing.assert_array_equal(o, s, err_msg=where)
 
 
+def assert_matches_stock(ours, stock, rtol):
+    """Same tree, shapes, dtypes and NaN/inf positions as ``stock``, and finite values within
+    ``rtol`` times each output's largest finite stock value: for results ferrax computes in
+    another order of operations than jaxlib's LAPACK (its Rust small-matrix paths)."""
+    assert jax.tree.structure(ours) == jax.tree.structure(stock)
+    for (path, o), s in zip(jax.tree_util.tree_flatten_with_path(ours)[0], jax.tree.leaves(stock)):
+        where = jax.tree_util.keystr(path)
+        assert (o.shape, o.dtype) == (s.shape, s.dtype), where
+        finite = np.isfinite(s)
+        np.testing.assert_array_equal(np.isfinite(o), finite, err_msg=where)
+        o, s = np.where(finite, o, 0), np.where(finite, s, 0)
+        scale = max(1.0, float(np.abs(s).max(initial=0)))
+        np.testing.assert_allclose(o, s, rtol=0, atol=rtol * scale, err_msg=where)
+
+
 def raw_svd(target, a, mode=np.uint8(ord("A")), s_dtype=None, u_cols=None):
     """An SVD target (ferrax_gesdd, ferrax_gesvd) called directly with jaxlib's operands
     (row-major layouts: fine for errors, info and the singular values of square matrices)."""

@@ -1,6 +1,7 @@
 """ferrax_geqrf / ferrax_orgqr against stock jax on CPU: every QR entry point of jax, routed to
-ferrax by ``ferrax.install()``, gives what jaxlib's LAPACK targets give (both call the same
-LAPACK, so bit for bit), plus QR's identities, edge cases and the handlers' errors."""
+ferrax by ``ferrax.install()``, gives what jaxlib's LAPACK targets give (to rounding: ferrax
+factors matrices up to 16×16 in Rust, larger ones with the same LAPACK; NaN and inf in the same
+places), plus QR's identities, edge cases and the handlers' errors."""
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,7 @@ from jax._src.lax.linalg import geqrf  # jax.lax.linalg does not export it
 jax.config.update("jax_enable_x64", True)
 
 import ferrax  # noqa: E402
-from helpers import assert_same, run  # noqa: E402
+from helpers import assert_matches_stock, assert_same, run  # noqa: E402
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 BATCHES = [(), (3,), (2, 2)]
@@ -87,7 +88,7 @@ def test_matches_stock_jax(install, dtype):
     stock = run(fn, inputs)
     install()
     ours = run(fn, inputs)
-    assert_same(ours, stock)
+    assert_matches_stock(ours, stock, tolerance(dtype))
     for key, a in inputs.items():
         check_identities(a, ours[key])
 
@@ -111,7 +112,7 @@ def test_vmap_and_jit(install, dtype):
     stock = (run(fn, a), run(hh, a))
     install()
     ours = (run(fn, a), run(hh, a))
-    assert_same(ours, stock)
+    assert_matches_stock(ours, stock, tolerance(dtype))
     assert "ferrax_orgqr" in fn.lower(a).as_text()
 
 
@@ -122,7 +123,7 @@ def test_large_batch_split_across_threads(install, dtype, stock_per_output):
     stock = stock_per_output(every_qr, a)
     install()
     ours = run(every_qr, a)
-    assert_same(ours, stock)
+    assert_matches_stock(ours, stock, tolerance(dtype))
 
 
 def special_inputs(dtype):
@@ -144,10 +145,22 @@ def test_singular_ill_conditioned_and_nan_inputs(install, dtype):
     stock = run(fn, a)
     install()
     ours = run(fn, a)
-    assert_same(ours, stock)  # NaN exactly where stock jax has NaN
-    for leaf in jax.tree.leaves(ours):
-        assert np.isfinite(leaf[:4]).all()  # the finite inputs stay finite
-    assert np.isnan(ours[1][0][4]).any()  # LAPACK's own NaN propagation, no info to act on
+    # The finite inputs stay finite. How far a NaN or inf spreads through the reflectors
+    # depends on the order of operations (OpenBLAS's kernels, or ferrax's Rust for matrices this
+    # small), so for those only: non-finite in both (LAPACK's own propagation, no info).
+    finite = [0, 1, 2, 3, 5, 6]  # special_inputs puts its NaN in matrix 4, its inf in 7
+    for o, s in zip(jax.tree.leaves(ours), jax.tree.leaves(stock)):
+        assert np.isfinite(o[finite]).all() and np.isfinite(s[finite]).all()
+    for x in (ours[1][0], stock[1][0]):
+        assert not np.isfinite(x[4]).all() and not np.isfinite(x[7]).all()
+    # Singular and ill-conditioned: Q's columns past the rank are rounding noise in any
+    # implementation, so the finite ones are checked by QR's identities, not against stock.
+    (q, r), _ = ours
+    tol = tolerance(dtype)
+    scale = np.abs(a[:4]).max(axis=(-2, -1), keepdims=True)
+    np.testing.assert_allclose((q @ r)[:4] / scale, a[:4] / scale, rtol=tol, atol=tol)
+    np.testing.assert_allclose(q[:4].conj().mT @ q[:4], np.broadcast_to(np.eye(5), (4, 5, 5)),
+                               rtol=tol, atol=tol)
 
 
 ZERO_SIZE = [(0, 0), (3, 0), (0, 3), (0, 4, 3), (2, 3, 0), (0, 3, 3)]

@@ -16,6 +16,7 @@ from jax.lax.linalg import triangular_solve
 from jax.scipy.linalg import cho_factor, cho_solve, solve_triangular
 
 import ferrax
+from helpers import assert_matches_stock
 
 jax.config.update("jax_enable_x64", True)
 
@@ -63,15 +64,7 @@ def compare():
 
 
 def assert_same(stock, ours):
-    """Equal dtypes, shapes and non-finite positions, and finite values to tolerance relative to
-    each result's largest finite value (the ill-conditioned cases' solutions are large)."""
-    for s, o in zip(jax.tree.leaves(stock), jax.tree.leaves(ours), strict=True):
-        assert s.dtype == o.dtype and s.shape == o.shape
-        finite = np.isfinite(s)
-        np.testing.assert_array_equal(np.isfinite(o), finite)
-        s, o = np.where(finite, s, 0), np.where(finite, o, 0)
-        scale = max(1.0, np.abs(s).max(initial=0))
-        np.testing.assert_allclose(o, s, rtol=0, atol=TOL[s.dtype.type] * scale)
+    assert_matches_stock(ours, stock, TOL[np.asarray(jax.tree.leaves(stock)[0]).dtype.type])
 
 
 def op(a, lower, trans, unit):

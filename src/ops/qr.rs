@@ -16,10 +16,11 @@ use crate::ffi::{Buffer, DataType, Error, MatrixBatch, Result, Stream, ThreadPoo
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    for_each_chunk, gpu_in_place, gpu_scalar_kind, lapack_dim, query_lwork, routine,
-    small_matrix_launch, Scalar, SharedMut,
+    for_each_chunk, for_each_parallel, gpu_in_place, gpu_scalar_kind, lapack_dim, query_lwork,
+    routine, small_matrix_launch, Scalar, SharedMut,
 };
 use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
+use ferrax_kernels::small::qr::{self as small_qr, QrScalar};
 use num_complex::Complex;
 use std::ffi::{c_char, CStr};
 
@@ -166,7 +167,13 @@ fn orgqr_shapes(x: &Buffer<'_>, tau: &Buffer<'_>) -> Result<(MatrixBatch, usize)
     Ok((shape, k))
 }
 
-fn geqrf_typed<T: Scalar>(
+/// Up to this many rows and columns the CPU geqrf and orgqr handlers run in Rust
+/// ([`small_qr::geqr2`], [`small_qr::org2r`]: LAPACK's unblocked algorithms and formats, as
+/// ferrax's GPU kernels compute them) instead of one OpenBLAS call per matrix, whose overhead
+/// and lock contention between threads dominate there.
+pub const CPU_SMALL_MAX: usize = 16;
+
+fn geqrf_typed<T: Scalar + QrScalar>(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
     x_out: Buffer<'_>,
@@ -181,17 +188,31 @@ fn geqrf_typed<T: Scalar>(
     if shape.batch == 0 || k == 0 {
         return Ok(());
     }
-    let geqrf = routine(T::geqrf())?;
     // SAFETY: `x` is no longer read; the results are distinct buffers.
     let (x_out, tau) = unsafe { (x_out.as_mut_slice::<T>()?, tau.as_mut_slice::<T>()?) };
     let (x_out, tau) = (SharedMut(x_out.as_mut_ptr()), SharedMut(tau.as_mut_ptr()));
+    let matrix_len = shape.matrix_len();
+    let flops = matrix_len.saturating_mul(2 * k);
+    if shape.rows.max(shape.cols) <= CPU_SMALL_MAX {
+        let (rows, cols) = (shape.rows, shape.cols);
+        return for_each_parallel(&pool, shape.batch, flops, &|b| {
+            // SAFETY: matrix `b` and its taus, written by this task alone.
+            let (a, tau) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(x_out.at(b * matrix_len), matrix_len),
+                    std::slice::from_raw_parts_mut(tau.at(b * k), k),
+                )
+            };
+            small_qr::geqr2(a, rows, cols, tau);
+            Ok(())
+        });
+    }
+    let geqrf = routine(T::geqrf())?;
     // Every matrix has the same shape, so one query sizes the workspace of all.
     // SAFETY: a query only writes `work[0]` and `info`.
     let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
         geqrf(&m, &n, x_out.at(0), &lda, tau.at(0), work, lwork, info)
     })?;
-    let matrix_len = shape.matrix_len();
-    let flops = matrix_len.saturating_mul(2 * k);
     for_each_chunk(&pool, shape.batch, flops, &|range| {
         let mut work = vec![T::default(); lwork as usize];
         let mut info = 0;
@@ -216,7 +237,7 @@ fn geqrf_typed<T: Scalar>(
     })
 }
 
-fn orgqr_typed<T: Scalar>(
+fn orgqr_typed<T: Scalar + QrScalar>(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
     tau: Buffer<'_>,
@@ -232,10 +253,21 @@ fn orgqr_typed<T: Scalar>(
     if shape.batch == 0 || shape.cols == 0 {
         return Ok(());
     }
-    let orgqr = routine(T::orgqr())?;
     // SAFETY: `x` is no longer read; `tau` is an argument, distinct from the result.
     let (x_out, tau) = unsafe { (x_out.as_mut_slice::<T>()?, tau.as_slice::<T>()?) };
     let x_out = SharedMut(x_out.as_mut_ptr());
+    let matrix_len = shape.matrix_len();
+    let flops = matrix_len.saturating_mul(2 * k.max(1));
+    if shape.rows <= CPU_SMALL_MAX {
+        let (rows, cols) = (shape.rows, shape.cols);
+        return for_each_parallel(&pool, shape.batch, flops, &|b| {
+            // SAFETY: matrix `b`, written by this task alone.
+            let a = unsafe { std::slice::from_raw_parts_mut(x_out.at(b * matrix_len), matrix_len) };
+            small_qr::org2r(a, rows, cols, k, &tau[b * k..(b + 1) * k]);
+            Ok(())
+        });
+    }
+    let orgqr = routine(T::orgqr())?;
     // Every matrix has the same shape, so one query sizes the workspace of all.
     // SAFETY: a query only writes `work[0]` and `info`.
     let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
@@ -251,8 +283,6 @@ fn orgqr_typed<T: Scalar>(
             info,
         )
     })?;
-    let matrix_len = shape.matrix_len();
-    let flops = matrix_len.saturating_mul(2 * k.max(1));
     for_each_chunk(&pool, shape.batch, flops, &|range| {
         let mut work = vec![T::default(); lwork as usize];
         let mut info = 0;

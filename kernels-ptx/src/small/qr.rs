@@ -121,6 +121,11 @@ fn nrm2<T: QrScalar, const W: usize>(x: &[T; W], lo: usize, m: u32) -> T::Real {
     if ssq >= tiny && ssq < <T::Real as Real>::INFINITY {
         return ssq.sqrt();
     }
+    if ssq.is_nan() {
+        // A NaN part: the norm is NaN, as LAPACK's. (The rescaling below skips NaN parts, so a
+        // column of nothing but NaN would come out as a zero norm, i.e. H = I.)
+        return ssq;
+    }
     // Rare (and lane-local: no shuffles, so divergence is harmless).
     let mut big = zero;
     unrolled!(r in 0..W, {
@@ -131,8 +136,7 @@ fn nrm2<T: QrScalar, const W: usize>(x: &[T; W], lo: usize, m: u32) -> T::Real {
         }
     });
     if big == zero || big == <T::Real as Real>::INFINITY {
-        // All zero, or an infinity (big is never NaN: the comparisons above skip NaN parts,
-        // which leave the scaled sum below NaN).
+        // All zero, or an infinity (big is never NaN: there is none here).
         return big;
     }
     let p = big.recip_pow2();
@@ -234,6 +238,83 @@ fn larfg<T: QrScalar, const W: usize>(x: &mut [T; W], i: usize, m: u32) -> T {
     }
     x[i] = T::from_real(beta);
     tau
+}
+
+/// The most rows [`geqr2`] and [`org2r`] take (each `xLARFG` runs on one column copied into an
+/// array of this length).
+pub const SEQUENTIAL_MAX_ROWS: usize = 32;
+
+/// `xLARF('Left')` of the reflector `(1, v[1..])` and `tau` to the column `c` (as long as `v`),
+/// as the kernels apply it: `w = Σ conj(c[r])·v[r]` in order, then `c[r] += v[r]·(-tau·conj(w))`
+/// unless `tau` or `w` is zero.
+pub fn larf<T: QrScalar>(v: &[T], tau: T, c: &mut [T]) {
+    if tau == T::ZERO {
+        return;
+    }
+    let vr = |r: usize| if r == 0 { T::ONE } else { v[r] };
+    let mut w = T::ZERO;
+    for (r, x) in c.iter().enumerate() {
+        w = w + x.conj() * vr(r);
+    }
+    if w != T::ZERO {
+        let temp = -tau * w.conj();
+        for (r, x) in c.iter_mut().enumerate() {
+            *x = *x + vr(r) * temp;
+        }
+    }
+}
+
+/// `xGEQR2` on one column-major `m×n` matrix (leading dimension `m ≤ SEQUENTIAL_MAX_ROWS`) as
+/// the GPU kernels compute it (their `xLARFG`, then [`larf`] on each trailing column), for the
+/// CPU handlers' tiny matrices: R on and above the diagonal, the reflectors below it, and
+/// `tau[..min(m, n)]`.
+///
+/// # Panics
+/// If `m > SEQUENTIAL_MAX_ROWS` or a slice is too short.
+pub fn geqr2<T: QrScalar>(a: &mut [T], m: usize, n: usize, tau: &mut [T]) {
+    assert!(
+        m <= SEQUENTIAL_MAX_ROWS,
+        "geqr2 takes at most {SEQUENTIAL_MAX_ROWS} rows"
+    );
+    let a = &mut a[..m * n];
+    let mut column = [T::ZERO; SEQUENTIAL_MAX_ROWS];
+    for i in 0..m.min(n) {
+        let (left, right) = a.split_at_mut((i + 1) * m);
+        let col = &mut left[i * m..];
+        column[..m].copy_from_slice(col);
+        tau[i] = larfg::<T, SEQUENTIAL_MAX_ROWS>(&mut column, i, m as u32);
+        col[i..].copy_from_slice(&column[i..m]);
+        for c in right.chunks_exact_mut(m) {
+            larf(&col[i..], tau[i].conj(), &mut c[i..]);
+        }
+    }
+}
+
+/// `xORG2R`/`xUNG2R` on one column-major `m×n` matrix (leading dimension `m`) with `k`
+/// reflectors from [`geqr2`] and their `tau`, as the GPU kernels compute it: the first `n`
+/// columns of `Q = H(1)⋯H(k)`.
+///
+/// # Panics
+/// If a slice is too short.
+pub fn org2r<T: QrScalar>(a: &mut [T], m: usize, n: usize, k: usize, tau: &[T]) {
+    let a = &mut a[..m * n];
+    for (j, col) in a.chunks_exact_mut(m).enumerate().skip(k) {
+        for (r, x) in col.iter_mut().enumerate() {
+            *x = if r == j { T::ONE } else { T::ZERO };
+        }
+    }
+    for i in (0..k).rev() {
+        let (left, right) = a.split_at_mut((i + 1) * m);
+        let col = &mut left[i * m..];
+        for c in right.chunks_exact_mut(m) {
+            larf(&col[i..], tau[i], &mut c[i..]);
+        }
+        for x in &mut col[i + 1..] {
+            *x = -tau[i] * *x;
+        }
+        col[i] = T::ONE - tau[i];
+        col[..i].fill(T::ZERO);
+    }
 }
 
 /// Elements of the reflector kept in registers by the lanes that apply it: all of it while the

@@ -83,24 +83,6 @@ fn ref_larfg<T: QrTest>(x: &mut [T]) -> T {
     tau
 }
 
-/// Reference xLARF('Left') of `(1, v)` with `tau` to column `c` (same length).
-fn ref_larf<T: QrTest>(v: &[T], tau: T, c: &mut [T]) {
-    if tau == T::ZERO {
-        return;
-    }
-    let vr = |r: usize| if r == 0 { T::ONE } else { v[r] };
-    let mut w = T::ZERO;
-    for (r, x) in c.iter().enumerate() {
-        w = w + x.conj() * vr(r);
-    }
-    if w != T::ZERO {
-        let temp = -tau * w.conj();
-        for (r, x) in c.iter_mut().enumerate() {
-            *x = *x + vr(r) * temp;
-        }
-    }
-}
-
 /// xGEQR2 on one column-major `m×n` matrix; returns tau.
 fn ref_geqrf<T: QrTest>(a: &mut [T], m: usize, n: usize) -> Vec<T> {
     let mut tau = Vec::new();
@@ -109,32 +91,10 @@ fn ref_geqrf<T: QrTest>(a: &mut [T], m: usize, n: usize) -> Vec<T> {
         tau.push(t);
         let v: Vec<T> = a[i * m + i..(i + 1) * m].to_vec();
         for j in i + 1..n {
-            ref_larf(&v, t.conj(), &mut a[j * m + i..(j + 1) * m]);
+            larf(&v, t.conj(), &mut a[j * m + i..(j + 1) * m]);
         }
     }
     tau
-}
-
-/// xORG2R/xUNG2R on one `m×n` matrix with `k` reflectors.
-fn ref_orgqr<T: QrTest>(a: &mut [T], tau: &[T], m: usize, n: usize, k: usize) {
-    for j in k..n {
-        for r in 0..m {
-            a[j * m + r] = if r == j { T::ONE } else { T::ZERO };
-        }
-    }
-    for i in (0..k).rev() {
-        let v: Vec<T> = a[i * m + i..(i + 1) * m].to_vec();
-        for j in i + 1..n {
-            ref_larf(&v, tau[i], &mut a[j * m + i..(j + 1) * m]);
-        }
-        for r in i + 1..m {
-            a[i * m + r] = -tau[i] * a[i * m + r];
-        }
-        a[i * m + i] = T::ONE - tau[i];
-        for r in 0..i {
-            a[i * m + r] = T::ZERO;
-        }
-    }
 }
 
 fn c(x: impl TestScalar) -> Complex<f64> {
@@ -195,7 +155,7 @@ fn qr_case<T: QrTest>(input: &[T], m: u32, n: u32, batch: u64, threads: u32) {
             &std::format!("{what}: tau"),
         );
         let mut want_q = want[..p * mu].to_vec();
-        ref_orgqr(&mut want_q, &want_tau, mu, p, p);
+        org2r(&mut want_q, mu, p, p, &want_tau);
         let got_q = &q[b * p * mu..(b + 1) * p * mu];
         assert_same(got_q, &want_q, &std::format!("{what}: Q"));
         check_qr(&input[range.clone()], got_q, &got[range], mu, nu, p, &what);
@@ -283,7 +243,7 @@ fn orgqr_partial<T: QrTest>() {
         for b in 0..batch as usize {
             let r = b * mu * nu..(b + 1) * mu * nu;
             let mut want = a[r.clone()].to_vec();
-            ref_orgqr(&mut want, &tau_k[b * ku..(b + 1) * ku], mu, nu, ku);
+            org2r(&mut want, mu, nu, ku, &tau_k[b * ku..(b + 1) * ku]);
             let what = std::format!("{:?} orgqr {m}x{n} k={k} matrix {b}", T::KIND);
             assert_same(&q[r], &want, &what);
         }
@@ -408,4 +368,36 @@ fn empty_matrices() {
     assert!(run_geqrf(&mut a, 0, 3, 2, 32).is_empty());
     let mut a: Vec<f32> = Vec::new();
     run_orgqr(&mut a, &[], 3, 0, 0, 2, 32);
+}
+
+/// The sequential `geqr2` (the CPU handlers' path) against the reference, bit for bit, and the
+/// kernels' QR identities for its results with `org2r`.
+fn sequential_qr<T: QrTest>() {
+    for (i, &(m, n, batch, _)) in SHAPES.iter().enumerate() {
+        let (mu, nu) = (m as usize, n as usize);
+        let size = mu * nu;
+        let input = Rng(0x5e9_0000 + i as u64).matrices::<T>(batch as usize * size);
+        for b in 0..batch as usize {
+            let what = std::format!("{:?} {m}x{n} matrix {b}", T::KIND);
+            let a = &input[b * size..(b + 1) * size];
+            let (mut got, mut want) = (a.to_vec(), a.to_vec());
+            let mut tau = vec![T::ZERO; mu.min(nu)];
+            geqr2(&mut got, mu, nu, &mut tau);
+            let want_tau = ref_geqrf(&mut want, mu, nu);
+            assert_same(&got, &want, &what);
+            assert_same(&tau, &want_tau, &std::format!("{what}: tau"));
+            let p = mu.min(nu);
+            let mut q = got[..p * mu].to_vec();
+            org2r(&mut q, mu, p, p, &tau);
+            check_qr(a, &q, &got, mu, nu, p, &what);
+        }
+    }
+}
+
+#[test]
+fn sequential_qr_all_types() {
+    sequential_qr::<f32>();
+    sequential_qr::<f64>();
+    sequential_qr::<Complex<f32>>();
+    sequential_qr::<Complex<f64>>();
 }
