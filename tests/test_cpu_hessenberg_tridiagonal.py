@@ -13,9 +13,10 @@ import scipy.linalg
 from jax import lax
 
 import ferrax
-from helpers import assert_same, run  # noqa: E402
+from helpers import assert_matches_stock, assert_same, run  # noqa: E402
 
 TARGETS = ("ferrax_gehrd", "ferrax_sytrd")
+TOL = {np.float32: 1e-4, np.complex64: 1e-4, np.float64: 1e-12, np.complex128: 1e-12}
 BATCHES = [(), (3,), (2, 2)]
 # (batch, n) cases: every batch, and n = 1 (no reflectors: tau and e empty).
 CASES = [(b, 5) for b in BATCHES] + [((2, 2), 1)]
@@ -100,7 +101,7 @@ def test_matches_stock_jax_and_identities(dtype, random_matrix, assert_close):
     h = {k: hermitian(random_matrix, k[0] + (k[1], k[1]), dtype) for k in CASES}
     fn = lambda a, h: {k: every_reduction(a[k], h[k]) for k in CASES}  # noqa: E731
     stock, ours = stock_then_ferrax(fn, a, h)
-    assert_same(ours, stock)
+    assert_matches_stock(ours, stock, TOL[dtype])
     for k in CASES:
         check_identities(a[k], h[k], ours[k], dtype, assert_close)
 
@@ -129,7 +130,7 @@ def test_vmap_and_jit(random_matrix):
     a = random_matrix((4, 3, 5, 5), np.complex128)
     fn = jax.jit(jax.vmap(jax.vmap(lambda m: every_reduction(m, m)), in_axes=1))
     stock, ours = stock_then_ferrax(fn, a)
-    assert_same(ours, stock)
+    assert_matches_stock(ours, stock, TOL[np.complex128])
     assert all(t in fn.lower(a).as_text() for t in TARGETS)
 
 
@@ -139,7 +140,7 @@ def test_large_batch_split_across_threads(random_matrix, stock_per_output):
     stock = stock_per_output(every_reduction, a, a)
     ferrax.install()
     ours = run(every_reduction, a, a)
-    assert_same(ours, stock)
+    assert_matches_stock(ours, stock, TOL[np.float64])
 
 
 def special_inputs(dtype, random_matrix, rng):
@@ -157,7 +158,7 @@ def test_singular_ill_conditioned_and_nan_inputs(dtype, random_matrix, rng):
     with np.errstate(invalid="ignore"):  # complex Inf arithmetic
         h = ((a + adjoint(a)) / 2).astype(dtype)
     stock, ours = stock_then_ferrax(every_reduction, a, h)
-    assert_same(ours, stock)  # NaN exactly where stock jax has NaN
+    assert_matches_stock(ours, stock, TOL[dtype], nonfinite_inputs=(2, 3))
     for leaf in jax.tree.leaves(ours):
         assert np.isfinite(leaf[:2]).all()  # the finite inputs stay finite
 

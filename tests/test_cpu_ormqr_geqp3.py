@@ -1,6 +1,8 @@
 """ferrax_ormqr / ferrax_geqp3 against stock jax on CPU: jax's pivoted-QR and Q-multiply entry
 points, routed to ferrax by ``ferrax.install()``, give what jaxlib's LAPACK targets give (both
-call the same LAPACK, so bit for bit), plus the identities, edge cases and the handlers' errors.
+call the same LAPACK, so bit for bit, except where geqrf or householder_product is involved,
+which ferrax computes in Rust for matrices up to 16×16: compared to tolerance), plus the
+identities, edge cases and the handlers' errors.
 
 Stock results are computed before installing ferrax, and with at most one reader of each ormqr
 reflector buffer per executable: jaxlib's ormqr target hands its reflector operand to LAPACK,
@@ -19,10 +21,11 @@ from jax._src.lax.linalg import geqp3  # jax.lax.linalg does not export it
 jax.config.update("jax_enable_x64", True)
 
 import ferrax  # noqa: E402  (after x64, so that float64 inputs stay float64)
-from helpers import assert_same, run  # noqa: E402
+from helpers import assert_matches_stock, assert_same, run  # noqa: E402
 
 TARGETS = ("ferrax_geqp3", "ferrax_ormqr")
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+TOL = {np.float32: 1e-4, np.complex64: 1e-4, np.float64: 1e-12, np.complex128: 1e-12}
 BATCHES = [(), (3,), (2, 2)]
 SHAPES = [(4, 4), (6, 3), (3, 5)]  # square, tall, wide
 P = 2  # the other dimension of the matrices multiplied by Q
@@ -104,17 +107,17 @@ def stock_everything(inputs):
     return out
 
 
-def check_against_stock(ours, stock, m, n):
+def check_against_stock(ours, stock, m, n, dtype):
     k = min(m, n)
     products = stock.pop("qr_multiply")
     ours = dict(ours)
     multiplies = ours.pop("qr_multiply")
-    assert_same(ours, stock)
+    assert_matches_stock(ours, stock, TOL[dtype])
     for name, result in multiplies.items():
-        assert_same(result[0], products[name])
+        assert_matches_stock(result[0], products[name], TOL[dtype])
         if QR_MULTIPLY[name][2]:  # pivoting: R and p are the pivoted QR's
             _, r, p = stock["scipy_economic"]
-            assert_same(result[1:], (r[..., :k, :], p))
+            assert_matches_stock(result[1:], (r[..., :k, :], p), TOL[dtype])
 
 
 def check_identities(a, jpvt, c_left, c_right, out, dtype, assert_close):
@@ -153,7 +156,7 @@ def test_matches_stock_jax(dtype, random_matrix, rng, assert_close):
     ferrax.install()
     ours = run(lambda inputs: {key: everything(*args) for key, args in inputs.items()}, inputs)
     for key, (a, jpvt, c_left, c_right, _) in inputs.items():
-        check_against_stock(ours[key], stock[key], *a.shape[-2:])
+        check_against_stock(ours[key], stock[key], *a.shape[-2:], dtype)
         check_identities(a, jpvt, c_left, c_right, ours[key], dtype, assert_close)
 
 
@@ -186,7 +189,7 @@ def test_vmap_and_jit(dtype, random_matrix):
     stock = (run(pivoted_qr, a), run(q_transpose_c, a, c))
     ferrax.install()
     ours = (run(pivoted_qr, a), run(q_transpose_c, a, c))
-    assert_same(ours, stock)
+    assert_matches_stock(ours, stock, TOL[dtype])
     assert "ferrax_geqp3" in pivoted_qr.lower(a).as_text()
     assert all(t in q_transpose_c.lower(a, c).as_text() for t in TARGETS)
 
@@ -227,7 +230,7 @@ def test_singular_ill_conditioned_and_nan_inputs(dtype, random_matrix, rng):
     ferrax.install()
     ours = run(fn, a)
     ours += (run(multiply, ours[0][0], ours[0][2], c),)
-    assert_same(ours, stock)  # NaN exactly where stock jax has NaN
+    assert_matches_stock(ours, stock, TOL[dtype], nonfinite_inputs=(3, 4))
     for leaf in jax.tree.leaves(ours):
         assert np.isfinite(leaf[:3]).all() and np.isfinite(leaf[5]).all()
     r, p, _ = ours[0]
