@@ -50,8 +50,19 @@ _CHILD = """
     counters = jax.device_put(np.load(folder / "counters.npy"), batch)
     run("threefry", lambda c: ferrax.random.threefry2x32(np.uint32(3), np.uint32(4), c, c + 1),
         counters)
+    spd = jax.device_put(np.load(folder / "spd.npy"), batch)
+    run("cholesky", jnp.linalg.cholesky, spd)
+    run("triangular_solve",
+        lambda l, b: jax.scipy.linalg.solve_triangular(l, b, lower=True), spd, x)
+    run("qr", jnp.linalg.qr, x)
+    run("eigh", jnp.linalg.eigh, spd)
+    run("svd", lambda a: jnp.linalg.svd(a, compute_uv=False), x)
     print("REPORT" + json.dumps(report))
 """
+
+# Installed jax functions run in the child, and the ferrax target each must call per device.
+LINALG = {"cholesky": "ferrax_potrf", "triangular_solve": "ferrax_trsm", "qr": "ferrax_geqrf",
+          "eigh": "ferrax_syevd", "svd": "ferrax_gesdd"}
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +73,7 @@ def sharded(tmp_path_factory, run_python_session):
     seed = int(rng.integers(0, 2**31))
     counters = rng.integers(0, 2**32, size=(16, 1024), dtype=np.uint32)
     np.save(folder / "a.npy", a)
+    np.save(folder / "spd.npy", a @ np.swapaxes(a, -1, -2) + 8 * np.eye(8))
     np.save(folder / "seed.npy", seed)
     np.save(folder / "counters.npy", counters)
     flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
@@ -70,7 +82,7 @@ def sharded(tmp_path_factory, run_python_session):
     report = json.loads(line[len("REPORT"):])
     results = {name: [np.load(folder / f"{name}.npz")[f"arr_{i}"]
                       for i in range(len(report[name]["specs"]))]
-               for name in ("lu", "det", "bits", "threefry")}
+               for name in ("lu", "det", "bits", "threefry", *LINALG)}
     return report, results, {"a": a, "seed": seed, "counters": counters}
 
 
@@ -151,3 +163,30 @@ def test_threefry_partitioned_per_device(name, sharded):
     dims = [int(d) for d in re.search(r"u32\[([0-9,]+)\]", calls[0]).group(1).split(",")]
     assert dims[0] == 2 and np.prod(dims) == 2 * 1024, calls[0]
     assert not entry["all_gather"]
+
+
+@pytest.mark.parametrize("name", LINALG)
+def test_installed_linalg_partitioned_per_device(name, sharded):
+    entry = sharded[0][name]
+    _assert_batch_sharded(entry)
+    calls = _calls(entry, LINALG[name])
+    assert len(calls) == 1, entry["custom_calls"]
+    assert "f64[2,8,8]" in calls[0].split("custom-call(")[0], calls[0]  # 2 of 16 per device
+    assert not entry["all_gather"] and not entry["all_reduce"]
+
+
+def test_installed_linalg_sharded_results_are_right(sharded, assert_close):
+    _, results, inputs = sharded
+    a = inputs["a"]
+    spd = a @ np.swapaxes(a, -1, -2) + 8 * np.eye(8)
+    (l,) = results["cholesky"]
+    assert_close(l @ np.swapaxes(l, -1, -2), spd, np.float64, kind="reconstruct")
+    (x,) = results["triangular_solve"]
+    assert_close(np.tril(spd) @ x, a, np.float64, kind="reconstruct")
+    q, r = results["qr"]
+    assert_close(q @ r, a, np.float64, kind="reconstruct")
+    w, v = results["eigh"]
+    assert_close(w, np.linalg.eigvalsh(spd), np.float64, kind="reconstruct")
+    assert_close(v @ (w[..., None] * np.swapaxes(v, -1, -2)), spd, np.float64, kind="reconstruct")
+    (s,) = results["svd"]
+    assert_close(s, np.linalg.svd(a, compute_uv=False), np.float64, kind="reconstruct")
