@@ -95,9 +95,9 @@ fn getrf_typed<T: NativeType + Lapack + Scalar>(
             // items of this chunk, which this task alone writes.
             let matrices = |first: usize, count: usize| unsafe {
                 (
-                    std::slice::from_raw_parts_mut(lu.at(first * matrix_len), count * matrix_len),
-                    std::slice::from_raw_parts_mut(ipiv.at(first * k), count * k),
-                    std::slice::from_raw_parts_mut(info.at(first), count),
+                    lu.slice(first * matrix_len, count * matrix_len),
+                    ipiv.slice(first * k, count * k),
+                    info.slice(first, count),
                 )
             };
             let mut scratch = vec![<T as Scalar>::ZERO; LANES * matrix_len];

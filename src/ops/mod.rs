@@ -95,6 +95,16 @@ impl<T> SharedMut<T> {
     pub unsafe fn at(&self, count: usize) -> *mut T {
         self.0.add(count)
     }
+
+    /// The `len` elements from element `start`, as a slice.
+    ///
+    /// # Safety
+    /// They lie in the buffer, and nothing else reads or writes them while the slice lives
+    /// (each thread-pool task takes its own part of the buffer).
+    #[allow(clippy::mut_from_ref)] // the buffer is shared, its parts are not
+    pub unsafe fn slice<'a>(&self, start: usize, len: usize) -> &'a mut [T] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
 }
 
 /// The handler of a target whose results differ between real and complex inputs (jaxlib's

@@ -60,7 +60,7 @@ fn pivots_cpu(pool: ThreadPool<'_>, pivots: Buffer<'_>, permutation: Buffer<'_>)
     let out = crate::ops::SharedMut(permutation.as_mut_ptr());
     crate::ops::for_each_parallel(&pool, batch, k + p, &|b| {
         // SAFETY: each task writes its own matrix's permutation.
-        let perm = unsafe { std::slice::from_raw_parts_mut(out.at(b * p), p) };
+        let perm = unsafe { out.slice(b * p, p) };
         ferrax_kernels::pivots::pivots_to_permutation(&pivots[b * k..(b + 1) * k], perm);
         Ok(())
     })

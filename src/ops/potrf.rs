@@ -82,11 +82,8 @@ fn potrf_typed<T: NativeType + Lapack + Scalar>(
             // this chunk, which this task alone writes.
             let matrices = |first: usize, count: usize| unsafe {
                 (
-                    std::slice::from_raw_parts_mut(
-                        factor.at(first * matrix_len),
-                        count * matrix_len,
-                    ),
-                    std::slice::from_raw_parts_mut(info.at(first), count),
+                    factor.slice(first * matrix_len, count * matrix_len),
+                    info.slice(first, count),
                 )
             };
             let one = |b: usize| {

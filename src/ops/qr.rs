@@ -197,12 +197,8 @@ fn geqrf_typed<T: Scalar + QrScalar>(
         let (rows, cols) = (shape.rows, shape.cols);
         return for_each_parallel(&pool, shape.batch, flops, &|b| {
             // SAFETY: matrix `b` and its taus, written by this task alone.
-            let (a, tau) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(x_out.at(b * matrix_len), matrix_len),
-                    std::slice::from_raw_parts_mut(tau.at(b * k), k),
-                )
-            };
+            let (a, tau) =
+                unsafe { (x_out.slice(b * matrix_len, matrix_len), tau.slice(b * k, k)) };
             small_qr::geqr2(a, rows, cols, tau);
             Ok(())
         });
@@ -262,7 +258,7 @@ fn orgqr_typed<T: Scalar + QrScalar>(
         let (rows, cols) = (shape.rows, shape.cols);
         return for_each_parallel(&pool, shape.batch, flops, &|b| {
             // SAFETY: matrix `b`, written by this task alone.
-            let a = unsafe { std::slice::from_raw_parts_mut(x_out.at(b * matrix_len), matrix_len) };
+            let a = unsafe { x_out.slice(b * matrix_len, matrix_len) };
             small_qr::org2r(a, rows, cols, k, &tau[b * k..(b + 1) * k]);
             Ok(())
         });

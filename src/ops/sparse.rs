@@ -147,7 +147,7 @@ fn multiply<T: Element, I: SparseIndex>(pool: ThreadPool<'_>, ops: Operands<'_>)
     for_each_parallel(&pool, blocks.len() - 1, MIN_FLOPS_PER_TASK, &|b| {
         let rows = blocks[b]..blocks[b + 1];
         // SAFETY: blocks are disjoint row ranges of `out`, within its `rows * n` elements.
-        let out = unsafe { std::slice::from_raw_parts_mut(out.at(rows.start * n), rows.len() * n) };
+        let out = unsafe { out.slice(rows.start * n, rows.len() * n) };
         let csr = Csr {
             data,
             outer,

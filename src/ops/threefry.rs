@@ -57,8 +57,8 @@ fn threefry_cpu(
         // SAFETY: chunks are disjoint ranges of the outputs.
         let (o0, o1) = unsafe {
             (
-                std::slice::from_raw_parts_mut(y0.at(range.start), range.len()),
-                std::slice::from_raw_parts_mut(y1.at(range.start), range.len()),
+                y0.slice(range.start, range.len()),
+                y1.slice(range.start, range.len()),
             )
         };
         hash(

@@ -211,7 +211,7 @@ fn perturbed_typed<T: NativeType + Field>(
             let diagonals = i * rows..(i + 1) * rows;
             let matrix = i * matrix_len..(i + 1) * matrix_len;
             // SAFETY: system `i`'s solution is written by this task alone.
-            let x = unsafe { std::slice::from_raw_parts_mut(x.at(matrix.start), matrix_len) };
+            let x = unsafe { x.slice(matrix.start, matrix_len) };
             tridiagonal::solve_perturbed(
                 &dl[diagonals.clone()],
                 &d[diagonals.clone()],

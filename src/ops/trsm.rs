@@ -108,7 +108,7 @@ fn trsm_typed<T: Scalar + small::Scalar>(
         let (rows, cols, k_rows) = (b_shape.rows, b_shape.cols, a_shape.rows.max(1));
         return for_each_parallel(&pool, b_shape.batch, flops, &|i| {
             // SAFETY: matrix `i` of `y_out` is written by this task alone.
-            let b = unsafe { std::slice::from_raw_parts_mut(b.at(i * b_len), b_len) };
+            let b = unsafe { b.slice(i * b_len, b_len) };
             let a = &a[i * a_len..(i + 1) * a_len];
             small::trsm(
                 left,
