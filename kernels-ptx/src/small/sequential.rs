@@ -206,40 +206,35 @@ pub fn trsm<T: Scalar>(
     // Transposing swaps the triangle op(A) has its entries in.
     let op_lower = lower == (trans == Transpose::No);
     if left {
-        // Each column of B on its own, in op(A)'s order of substitution.
-        for col in b.chunks_mut(ldb).take(n) {
-            let col = &mut col[..m];
-            if trans == Transpose::No {
-                // Each solved x_j is removed from the rows still to solve, with column j of A
-                // (contiguous).
-                for step in 0..m {
-                    let j = if op_lower { step } else { m - 1 - step };
-                    if let Some(r) = reciprocal(j) {
+        // Substitution in op(A)'s order, each step across the columns of B (independent of each
+        // other), so that each diagonal's reciprocal is computed once.
+        let conj = trans == Transpose::Conjugate;
+        for step in 0..m {
+            let j = if op_lower { step } else { m - 1 - step };
+            let r = reciprocal(j);
+            for c in 0..n {
+                let col = &mut b[c * ldb..c * ldb + m];
+                if trans == Transpose::No {
+                    // x_j, then removed from the rows still to solve with column j of A
+                    // (contiguous).
+                    if let Some(r) = r {
                         col[j] = col[j] * r;
                     }
                     let x = col[j];
-                    let (rows, rest) = if op_lower {
-                        (j + 1..m, j + 1)
-                    } else {
-                        (0..j, 0)
-                    };
+                    let rows = if op_lower { j + 1..m } else { 0..j };
                     let a_col = &a[j * lda + rows.start..j * lda + rows.end];
-                    for (y, &l) in col[rest..rest + a_col.len()].iter_mut().zip(a_col) {
+                    for (y, &l) in col[rows].iter_mut().zip(a_col) {
                         *y = *y - l * x;
                     }
-                }
-            } else {
-                // op(A)'s row i is A's column i: x_i is its dot product with the solved x's.
-                let conj = trans == Transpose::Conjugate;
-                for step in 0..m {
-                    let i = if op_lower { step } else { m - 1 - step };
-                    let solved = if op_lower { 0..i } else { i + 1..m };
-                    let a_col = &a[i * lda + solved.start..i * lda + solved.end];
-                    let mut y = col[i];
+                } else {
+                    // op(A)'s row j is A's column j: x_j is its dot product with the solved x's.
+                    let solved = if op_lower { 0..j } else { j + 1..m };
+                    let a_col = &a[j * lda + solved.start..j * lda + solved.end];
+                    let mut y = col[j];
                     for (&l, &x) in a_col.iter().zip(&col[solved]) {
                         y = y - if conj { l.conj() } else { l } * x;
                     }
-                    col[i] = match reciprocal(i) {
+                    col[j] = match r {
                         Some(r) => y * r,
                         None => y,
                     };
