@@ -5,7 +5,7 @@ For each op, dtype and n, a batch of n×n matrices sized to about 4 MB is timed 
 ``ferrax.install()``. Prints a table of times and ratios, writes the numbers to
 ``benches/results/cpu_linalg.json`` and one PNG plot of the speedup per op.
 
-    python benches/cpu_linalg.py [--quick] [--ops lu,cholesky,...]
+    python benches/cpu_linalg.py [--quick] [--ops lu,cholesky,...] [--sizes 4,8] [--dtypes float64]
 """
 
 from __future__ import annotations
@@ -106,9 +106,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n in {8, 64}, f64 only, 3 repeats")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated n")
+    parser.add_argument("--dtypes", default=",".join(np.dtype(d).name for d in DTYPES),
+                        help="comma-separated dtype names")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args(argv)
-    sizes, dtypes, repeats = SIZES, DTYPES, args.repeats
+    sizes = tuple(int(n) for n in args.sizes.split(","))
+    dtypes = tuple(np.dtype(d).type for d in args.dtypes.split(","))
+    repeats = args.repeats
     if args.quick:
         sizes, dtypes, repeats = (8, 64), (np.float64,), 3
     rng = np.random.default_rng()

@@ -107,3 +107,56 @@ def test_raw_potrf_batches_leave_the_other_triangle(uplo, dtype, random_matrix, 
         np.triu(a) + np.conj(np.swapaxes(np.triu(a, 1), -1, -2))
     assert_close((t @ np.conj(np.swapaxes(t, -1, -2)))[good], hermitian[good], dtype,
                  kind="reconstruct")
+
+
+def _aligned(v, reference):
+    """``v``'s columns times the unit factors that best align them with ``reference``'s:
+    eigenvectors are defined up to such a factor (a sign for real matrices), and which one
+    LAPACK's rotations produce can flip with rounding (for f32, in a few percent of random
+    16×16 matrices, stock LAPACK against itself in f64 as well)."""
+    overlap = np.sum(np.conj(v) * reference, axis=-2, keepdims=True)
+    magnitude = np.abs(overlap)
+    return v * np.where(magnitude > 0, overlap / np.where(magnitude > 0, magnitude, 1), 1)
+
+
+@pytest.mark.parametrize("lower", [True, False], ids=["lower", "upper"])
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 16, 25, 26])
+def test_eigh_batches_match_stock(n, lower, dtype, random_matrix, assert_close):
+    # ferrax solves up to 25×25 in Rust (LAPACK's xSYEVD steps for these sizes: tridiagonal
+    # reduction, xSTEQR's QL/QR) and calls LAPACK above; 26 checks the hand-over.
+    a = random_matrix((BATCH, n, n), dtype)
+    a = ((a + np.conj(np.swapaxes(a, -1, -2))) / 2).astype(dtype)
+    a[4] = np.diag(np.arange(n, 0, -1)).astype(dtype)  # already diagonal: sorted, exact
+    a[11] = 0  # every eigenvalue zero
+    v = random_matrix((n, 1), dtype)
+    a[17] = v @ np.conj(v.T)  # rank one
+    a[25] *= 1e-30  # tiny: scaled as LAPACK scales it
+    a[29, n - 1, n - 1] = np.inf  # LAPACK scales by 0: all eigenvalues NaN
+    fn = lambda x: (jax.lax.linalg.eigh(x, lower=lower, symmetrize_input=False),
+                    jnp.linalg.eigvalsh(x, UPLO="L" if lower else "U"))
+    stock, got = _stock_and_ferrax(fn, a, target="ferrax_syevd")
+    (v, w), w_only = got
+    (stock_v, stock_w), stock_w_only = stock
+    for ours, theirs in [(v, stock_v), (w, stock_w), (w_only, stock_w_only)]:
+        np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
+    finite = [b for b in range(BATCH) if b != 29]
+    scale = np.abs(a[finite]).max(axis=(-2, -1))[:, None]
+    scale = np.where(scale > 0, scale, 1).astype(np.finfo(dtype).dtype)  # relative to ‖A‖
+    assert_close(w[finite] / scale, stock_w[finite] / scale, dtype)
+    assert_close(w_only[finite] / scale, w[finite] / scale, dtype)
+    np.testing.assert_array_equal(w[4], np.arange(1, n + 1))
+    # Eigenvectors of the random matrices (distinct eigenvalues) against stock's, up to phase.
+    generic = [b for b in finite if b not in (4, 11, 17)]
+    tol = {"float32": 2e-3, "float64": 1e-9}[np.finfo(dtype).dtype.name]
+    np.testing.assert_allclose(_aligned(v[generic], stock_v[generic]), stock_v[generic],
+                               rtol=0, atol=tol)
+    # Every finite one: A·V = V·diag(w), Vᴴ·V = I.
+    vh = np.conj(np.swapaxes(v[finite], -1, -2))
+    hermitian = np.tril(a) + np.conj(np.swapaxes(np.tril(a, -1), -1, -2)) if lower else \
+        np.triu(a) + np.conj(np.swapaxes(np.triu(a, 1), -1, -2))
+    h = hermitian[finite] / scale[..., None]
+    assert_close(v[finite] * (w[finite] / scale)[:, None, :] @ vh, h, dtype, kind="reconstruct")
+    assert_close(vh @ v[finite], np.broadcast_to(np.eye(n, dtype=dtype), v[finite].shape), dtype,
+                 kind="reconstruct")
+    # The infinite one, as LAPACK: eigenvectors the identity.
+    np.testing.assert_array_equal(v[29], np.eye(n, dtype=dtype))

@@ -1009,6 +1009,7 @@ pub fn potrf_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig
     })
 }
 
+pub mod eigh;
 pub mod lanes;
 pub mod qr;
 mod sequential;

@@ -259,7 +259,7 @@ fn orgqr_typed<T: Scalar + QrScalar>(
         return for_each_parallel(&pool, shape.batch, flops, &|b| {
             // SAFETY: matrix `b`, written by this task alone.
             let a = unsafe { x_out.slice(b * matrix_len, matrix_len) };
-            small_qr::org2r(a, rows, cols, k, &tau[b * k..(b + 1) * k]);
+            small_qr::org2r(a, rows, cols, rows, k, &tau[b * k..(b + 1) * k]);
             Ok(())
         });
     }

@@ -153,32 +153,36 @@ fn nrm2<T: QrScalar, const W: usize>(x: &[T; W], lo: usize, m: u32) -> T::Real {
     ssq.sqrt() / p
 }
 
-/// `xLAPY2(x, y)` (real) or `xLAPY3(x, y, z)` (complex): `sqrt(x² + y² + z²)` without
+/// `xLAPY2(x, y)`: `sqrt(x² + y²)` without unnecessary overflow, NaN if either is NaN.
+#[inline(always)]
+pub(crate) fn lapy2<R: QrReal>(x: R, y: R) -> R {
+    if x.is_nan() {
+        return x;
+    }
+    if y.is_nan() {
+        return y;
+    }
+    let (xa, ya) = (x.abs(), y.abs());
+    let (w, v) = if xa < ya { (ya, xa) } else { (xa, ya) };
+    if v == R::ZERO || w > R::HUGE {
+        return w;
+    }
+    let q = v / w;
+    w * (R::ONE + q * q).sqrt()
+}
+
+/// `xLAPY2(x, z)` (real) or `xLAPY3(x, y, z)` (complex): `sqrt(x² + y² + z²)` without
 /// unnecessary overflow, in LAPACK's formulas.
 #[inline(always)]
-fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
-    let (zero, one) = (<T::Real as Real>::ZERO, <T::Real as Real>::ONE);
-    let huge = <T::Real as QrReal>::HUGE;
+pub(crate) fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
     if !T::COMPLEX {
-        // xLAPY2(x, z).
-        if x.is_nan() {
-            return x;
-        }
-        if z.is_nan() {
-            return z;
-        }
-        let (xa, za) = (x.abs(), z.abs());
-        let (w, v) = if xa < za { (za, xa) } else { (xa, za) };
-        if v == zero || w > huge {
-            return w;
-        }
-        let q = v / w;
-        return w * (one + q * q).sqrt();
+        return lapy2(x, z);
     }
+    let zero = <T::Real as Real>::ZERO;
     let (xa, ya, za) = (x.abs(), y.abs(), z.abs());
     let w = if xa < ya { ya } else { xa };
     let w = if w < za { za } else { w };
-    if w == zero || w > huge {
+    if w == zero || w > <T::Real as QrReal>::HUGE {
         return xa + ya + za;
     }
     let (p, q, r) = (xa / w, ya / w, za / w);
@@ -188,7 +192,7 @@ fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
 /// `xLARFG` on the column `x[i..m]` (`alpha = x[i]`; `i` a constant after inlining): leaves
 /// `beta` in `x[i]`, `v` below it, and returns `tau`.
 #[inline(always)]
-fn larfg<T: QrScalar, const W: usize>(x: &mut [T; W], i: usize, m: u32) -> T {
+pub(crate) fn larfg<T: QrScalar, const W: usize>(x: &mut [T; W], i: usize, m: u32) -> T {
     let zero = <T::Real as Real>::ZERO;
     // DLARFG returns for a column of one element (N ≤ 1); ZLARFG still makes it real.
     if !T::COMPLEX && i as u32 + 1 >= m {
@@ -290,24 +294,27 @@ pub fn geqr2<T: QrScalar>(a: &mut [T], m: usize, n: usize, tau: &mut [T]) {
     }
 }
 
-/// `xORG2R`/`xUNG2R` on one column-major `m×n` matrix (leading dimension `m`) with `k`
+/// `xORG2R`/`xUNG2R` on one column-major `m×n` matrix (leading dimension `lda ≥ m`) with `k`
 /// reflectors from [`geqr2`] and their `tau`, as the GPU kernels compute it: the first `n`
 /// columns of `Q = H(1)⋯H(k)`.
 ///
 /// # Panics
 /// If a slice is too short.
-pub fn org2r<T: QrScalar>(a: &mut [T], m: usize, n: usize, k: usize, tau: &[T]) {
-    let a = &mut a[..m * n];
-    for (j, col) in a.chunks_exact_mut(m).enumerate().skip(k) {
-        for (r, x) in col.iter_mut().enumerate() {
+pub fn org2r<T: QrScalar>(a: &mut [T], m: usize, n: usize, lda: usize, k: usize, tau: &[T]) {
+    if n == 0 {
+        return;
+    }
+    let a = &mut a[..(n - 1) * lda + m];
+    for (j, col) in a.chunks_mut(lda).enumerate().skip(k) {
+        for (r, x) in col[..m].iter_mut().enumerate() {
             *x = if r == j { T::ONE } else { T::ZERO };
         }
     }
     for i in (0..k).rev() {
-        let (left, right) = a.split_at_mut((i + 1) * m);
-        let col = &mut left[i * m..];
-        for c in right.chunks_exact_mut(m) {
-            larf(&col[i..], tau[i], &mut c[i..]);
+        let (col, right) = a[i * lda..].split_at_mut(m);
+        // Each chunk of `right` ends with the next column's m rows.
+        for c in right.chunks_mut(lda).map(|c| &mut c[lda - m..]) {
+            larf(&col[i..], tau[i], &mut c[i..m]);
         }
         for x in &mut col[i + 1..] {
             *x = -tau[i] * *x;

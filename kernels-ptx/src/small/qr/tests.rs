@@ -155,7 +155,7 @@ fn qr_case<T: QrTest>(input: &[T], m: u32, n: u32, batch: u64, threads: u32) {
             &std::format!("{what}: tau"),
         );
         let mut want_q = want[..p * mu].to_vec();
-        org2r(&mut want_q, mu, p, p, &want_tau);
+        org2r(&mut want_q, mu, p, mu, p, &want_tau);
         let got_q = &q[b * p * mu..(b + 1) * p * mu];
         assert_same(got_q, &want_q, &std::format!("{what}: Q"));
         check_qr(&input[range.clone()], got_q, &got[range], mu, nu, p, &what);
@@ -243,7 +243,7 @@ fn orgqr_partial<T: QrTest>() {
         for b in 0..batch as usize {
             let r = b * mu * nu..(b + 1) * mu * nu;
             let mut want = a[r.clone()].to_vec();
-            org2r(&mut want, mu, nu, ku, &tau_k[b * ku..(b + 1) * ku]);
+            org2r(&mut want, mu, nu, mu, ku, &tau_k[b * ku..(b + 1) * ku]);
             let what = std::format!("{:?} orgqr {m}x{n} k={k} matrix {b}", T::KIND);
             assert_same(&q[r], &want, &what);
         }
@@ -388,7 +388,7 @@ fn sequential_qr<T: QrTest>() {
             assert_same(&tau, &want_tau, &std::format!("{what}: tau"));
             let p = mu.min(nu);
             let mut q = got[..p * mu].to_vec();
-            org2r(&mut q, mu, p, p, &tau);
+            org2r(&mut q, mu, p, mu, p, &tau);
             check_qr(a, &q, &got, mu, nu, p, &what);
         }
     }
