@@ -19,6 +19,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg  # noqa: F401  (jax.scipy.linalg.schur, hessenberg, qr)
 import numpy as np
 
 import ferrax
@@ -32,6 +33,11 @@ OPS = {
     "qr": lambda a: jnp.linalg.qr(a),
     "eigh": lambda a: jnp.linalg.eigh(a),
     "svd": lambda a: jnp.linalg.svd(a),
+    "eig": lambda a: jnp.linalg.eig(a),
+    "schur": lambda a: jax.scipy.linalg.schur(a),
+    "hessenberg": lambda a: jax.scipy.linalg.hessenberg(a, calc_q=True),
+    "tridiagonal": lambda a: jax.lax.linalg.tridiagonal(a),
+    "qr_pivoting": lambda a: jax.scipy.linalg.qr(a, pivoting=True),
 }
 SIZES = (4, 8, 16, 32, 64, 128, 512)
 DTYPES = (np.float32, np.float64, np.complex128)
@@ -42,7 +48,7 @@ def operand(rng, op, dtype, batch, n):
     a = rng.standard_normal((batch, n, n))
     if np.issubdtype(dtype, np.complexfloating):
         a = a + 1j * rng.standard_normal((batch, n, n))
-    if op in ("cholesky", "eigh"):  # Hermitian positive definite
+    if op in ("cholesky", "eigh", "tridiagonal"):  # Hermitian positive definite
         a = a @ np.conj(np.swapaxes(a, -1, -2)) + n * np.eye(n)
     if op == "triangular_solve":  # well conditioned lower triangle
         a = a + 2 * n * np.eye(n)

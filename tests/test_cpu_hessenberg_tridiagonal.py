@@ -1,7 +1,8 @@
 """ferrax_gehrd (jaxlib's lapack_?gehrd_ffi contract) and ferrax_sytrd (lapack_?sytrd_ffi /
 lapack_?hetrd_ffi) through ferrax.install(): jax's Hessenberg and tridiagonal reductions against
-stock jax computed first (both call the same LAPACK, so bit for bit), the reductions'
-identities, edge cases, and the raw targets' error messages.
+stock jax computed first (the same LAPACK for gehrd; sytrd reduces matrices up to 32×32 in
+Rust, LAPACK's algorithm, so to rounding), the reductions' identities, edge cases, and the raw
+targets' error messages.
 
 No jnp.linalg function and not jax.scipy.linalg.eigh_tridiagonal (pure jax) lower to these
 targets; eigh_tridiagonal still checks the tridiagonal form ferrax computes."""
@@ -153,12 +154,28 @@ def special_inputs(dtype, random_matrix, rng):
     return a
 
 
-def test_singular_ill_conditioned_and_nan_inputs(dtype, random_matrix, rng):
+def test_singular_ill_conditioned_and_nan_inputs(dtype, random_matrix, rng, assert_close):
     a = special_inputs(dtype, random_matrix, rng)
     with np.errstate(invalid="ignore"):  # complex Inf arithmetic
         h = ((a + adjoint(a)) / 2).astype(dtype)
     stock, ours = stock_then_ferrax(every_reduction, a, h)
-    assert_matches_stock(ours, stock, TOL[dtype], nonfinite_inputs=(2, 3))
+    # Where the reduction is ill-determined, its reflectors differ between implementations by
+    # more than rounding (ferrax reduces small matrices in Rust): past two steps the rank-one
+    # matrix (rank two, symmetrized) leaves only rounding noise to reduce, and the graded one
+    # mixes entries 30 orders of magnitude apart. Those two are checked by the reduction's
+    # identity instead of against stock; the non-finite ones by where their results are finite.
+    tri = ("tridiagonal_lower", "tridiagonal_upper")
+    hess = [k for k in ours if k not in tri]
+    assert_matches_stock({k: ours[k] for k in hess}, {k: stock[k] for k in hess}, TOL[dtype],
+                         nonfinite_inputs=(2, 3))
+    nonfinite = lambda out: {k: jax.tree.map(lambda x: x[2:], out[k]) for k in tri}  # noqa: E731
+    assert_matches_stock(nonfinite(ours), nonfinite(stock), TOL[dtype], nonfinite_inputs=(0, 1))
+    for name, lower in zip(tri, (True, False)):
+        for b in (0, 1):
+            x, d, e, taus = (leaf[b] for leaf in ours[name])
+            t = (np.diag(d) + np.diag(e, -1) + np.diag(e, 1)).astype(dtype)
+            q = reflector_product(x, taus, lower)
+            assert_close(q @ t @ adjoint(q), h[b], dtype, "reconstruct", err_msg=name)
     for leaf in jax.tree.leaves(ours):
         assert np.isfinite(leaf[:2]).all()  # the finite inputs stay finite
 

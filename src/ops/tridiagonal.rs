@@ -10,6 +10,8 @@ use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{char_attr, for_each_chunk, lapack_dim, query_lwork, routine, Scalar, SharedMut};
 use ferrax_cpu_fallback::Real;
+use ferrax_kernels::small::eigh as small_eigh;
+use ferrax_kernels::small::qr::QrScalar;
 use std::ffi::{c_char, CStr};
 
 pub const TARGET: &CStr = c"ferrax_sytrd";
@@ -44,8 +46,14 @@ fn sytrd_cpu(
     dispatch_lapack!(x, sytrd_typed(pool, x, x_out, d, e, tau, info, uplo))
 }
 
+/// Up to this order the CPU handler reduces in Rust ([`small_eigh::sytd2`], LAPACK's unblocked
+/// algorithm, which `?sytrd` also runs at these sizes) instead of calling LAPACK once per
+/// matrix: its level-2 BLAS calls take OpenBLAS's buffer lock once per column, and two threads
+/// contending for it ran slower than stock jaxlib's one.
+pub const CPU_SMALL_MAX: usize = small_eigh::MAX_ORDER;
+
 #[allow(clippy::too_many_arguments)] // as `sytrd_cpu`
-fn sytrd_typed<T: Scalar>(
+fn sytrd_typed<T: Scalar + QrScalar<Real = Real<T>>>(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
     x_out: Buffer<'_>,
@@ -87,8 +95,6 @@ fn sytrd_typed<T: Scalar>(
         info.fill(0);
         return Ok(());
     }
-    let lda = n; // n > 0 here, so lda >= max(1, n)
-    let sytrd = routine(T::sytrd())?;
     let (x_out, d, e, tau, info) = (
         SharedMut(x_out.as_mut_ptr()),
         SharedMut(d.as_mut_ptr()),
@@ -96,6 +102,32 @@ fn sytrd_typed<T: Scalar>(
         SharedMut(tau.as_mut_ptr()),
         SharedMut(info.as_mut_ptr()),
     );
+    let matrix_len = shape.matrix_len();
+    // About 4/3 n^3 flops.
+    let flops = order.saturating_pow(3).saturating_mul(4) / 3;
+    if order <= CPU_SMALL_MAX {
+        let lower = uplo == b'L' as c_char;
+        return for_each_chunk(&pool, shape.batch, flops, &|range| {
+            let mut scratch = vec![T::default(); small_eigh::sytd2_scratch_len(order)];
+            for b in range {
+                // SAFETY: matrix `b`, its d, e, taus and info, written by this task alone.
+                let (a, d, e, tau, info) = unsafe {
+                    (
+                        x_out.slice(b * matrix_len, matrix_len),
+                        d.slice(b * order, order),
+                        e.slice(b * off, off),
+                        tau.slice(b * off, off),
+                        info.slice(b, 1),
+                    )
+                };
+                small_eigh::sytd2(a, order, lower, d, e, tau, &mut scratch);
+                info[0] = 0;
+            }
+            Ok(())
+        });
+    }
+    let lda = n; // n > 0 here, so lda >= max(1, n)
+    let sytrd = routine(T::sytrd())?;
     // Every matrix has the same order, so one query sizes the workspace of all.
     // SAFETY: a query only writes `work[0]` and `info`.
     let lwork = query_lwork::<T>(|work, lwork, query_info| unsafe {
@@ -112,9 +144,6 @@ fn sytrd_typed<T: Scalar>(
             query_info,
         )
     })?;
-    let matrix_len = shape.matrix_len();
-    // About 4/3 n^3 flops.
-    let flops = order.saturating_pow(3).saturating_mul(4) / 3;
     for_each_chunk(&pool, shape.batch, flops, &|range| {
         let mut work = vec![T::default(); lwork as usize];
         for b in range {

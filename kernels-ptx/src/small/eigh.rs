@@ -123,23 +123,13 @@ pub fn eigh<T: QrScalar<Real: EighReal>>(
     }
     let (h, rest) = scratch[..scratch_len(n)].split_at_mut(n * n);
     let (q, tau) = rest.split_at_mut(n * n);
-
-    // The lower triangle of the matrix to reduce: A's, or for an upper A the lower one of
-    // P·A·P with P the reversal permutation. xSYTD2('U') is xSYTD2('L') on P·A·P (its
-    // reflectors run bottom-up and end at the bottom element), so both share the code below.
     let at = |i: usize, j: usize| j * n + i;
     let mirror = |i: usize| n - 1 - i;
+    load_lower(a, n, lower, h);
     let mut anrm = k.zero;
     for j in 0..n {
-        for i in j..n {
-            let x = if lower {
-                a[at(i, j)]
-            } else {
-                a[at(mirror(i), mirror(j))]
-            };
-            let x = if i == j { T::from_real(x.re()) } else { x };
+        for x in &h[at(j, j)..at(n, j)] {
             anrm = max_nan(anrm, lapy::<T>(x.re(), x.im(), k.zero));
-            h[at(i, j)] = x;
         }
     }
     // xSYEVD: scale the matrix into [rmin, rmax] by its largest element (an infinite one makes
@@ -159,7 +149,7 @@ pub fn eigh<T: QrScalar<Real: EighReal>>(
         }
     }
 
-    hetd2_lower(h, n, d, e, tau);
+    hetd2_lower(h, n, d, &mut e[..n - 1], &mut tau[..n - 1]);
     if vectors {
         // Q = H(1)⋯H(n-1) in the trailing (n-1)×(n-1) block, first row and column e₁
         // (xORGTR); P·Q·P for an upper A.
@@ -190,6 +180,70 @@ pub fn eigh<T: QrScalar<Real: EighReal>>(
         }
     }
     info
+}
+
+/// The lower triangle of the Hermitian matrix to reduce into `h` (diagonal made real): `a`'s,
+/// or for an upper `a` the lower one of `P·A·P`, `P` the reversal permutation.
+/// `xSYTD2('U')` is `xSYTD2('L')` on `P·A·P` (its reflectors run bottom-up and end at the
+/// bottom element), so both triangles share one reduction.
+fn load_lower<T: QrScalar>(a: &[T], n: usize, lower: bool, h: &mut [T]) {
+    let at = |i: usize, j: usize| j * n + i;
+    for j in 0..n {
+        for i in j..n {
+            let x = if lower {
+                a[at(i, j)]
+            } else {
+                a[at(n - 1 - i, n - 1 - j)]
+            };
+            h[at(i, j)] = if i == j { T::from_real(x.re()) } else { x };
+        }
+    }
+}
+
+/// Scratch elements of `T` that [`sytd2`] needs for order `n`.
+pub const fn sytd2_scratch_len(n: usize) -> usize {
+    n * n
+}
+
+/// LAPACK's `xSYTD2`/`xHETD2` on one column-major `n×n` matrix (`n ≤ MAX_ORDER`): the
+/// `lower` (else upper) triangle of `a` becomes the real tridiagonal `T = Qᴴ·A·Q` and the
+/// reflectors of `Q` in LAPACK's format, the other triangle untouched; `d[..n]`,
+/// `e[..n-1]`, `tau[..n-1]`. `scratch` takes [`sytd2_scratch_len`]`(n)` elements.
+///
+/// # Panics
+/// If `n > MAX_ORDER` or a slice is too short.
+pub fn sytd2<T: QrScalar>(
+    a: &mut [T],
+    n: usize,
+    lower: bool,
+    d: &mut [T::Real],
+    e: &mut [T::Real],
+    tau: &mut [T],
+    scratch: &mut [T],
+) {
+    assert!(n <= MAX_ORDER, "sytd2 takes at most {MAX_ORDER} rows");
+    if n == 0 {
+        return;
+    }
+    let (a, h) = (&mut a[..n * n], &mut scratch[..n * n]);
+    let (d, e, tau) = (&mut d[..n], &mut e[..n - 1], &mut tau[..n - 1]);
+    load_lower(a, n, lower, h);
+    hetd2_lower(h, n, d, e, tau);
+    let at = |i: usize, j: usize| j * n + i;
+    for j in 0..n {
+        for i in j..n {
+            if lower {
+                a[at(i, j)] = h[at(i, j)];
+            } else {
+                a[at(n - 1 - i, n - 1 - j)] = h[at(i, j)];
+            }
+        }
+    }
+    if !lower {
+        d.reverse();
+        e.reverse();
+        tau.reverse();
+    }
 }
 
 /// `xSYTD2`/`xHETD2('L')` on the lower triangle of `h` (real diagonal): `d`, `e[..n-1]`, and
@@ -256,7 +310,6 @@ fn hetd2_lower<T: QrScalar>(
         tau[i] = taui;
     }
     d[n - 1] = h[at(n - 1, n - 1)].re();
-    e[n - 1] = <T::Real as Real>::ZERO;
 }
 
 /// `xLASCL('G')` of a real vector from `cfrom` to `cto`: multiplied by `cto/cfrom` in steps

@@ -191,3 +191,90 @@ fn eigh_special_inputs_all_types() {
     special::<Complex<f32>>();
     special::<Complex<f64>>();
 }
+
+/// `Q·T·Qᴴ = A` with `Q` rebuilt from `sytd2`'s reflectors in LAPACK's format, for both
+/// triangles; the other triangle is left alone.
+fn sytd2_reduces<T: EighTest>() {
+    let mut rng = Rng(0x7d2);
+    for n in [1, 2, 3, 5, 8, 16, 31, 32] {
+        let h = hermitian::<T>(&mut rng, n, 1.0);
+        for lower in [true, false] {
+            let a = stored::<T>(&h, n, lower);
+            let mut out = a.clone();
+            let zero = <T::Real as Real>::ZERO;
+            let (mut d, mut e) = (vec![zero; n], vec![zero; n.max(1) - 1]);
+            let mut tau = vec![T::ZERO; n.max(1) - 1];
+            let mut scratch = vec![T::ZERO; sytd2_scratch_len(n)];
+            sytd2(&mut out, n, lower, &mut d, &mut e, &mut tau, &mut scratch);
+            let c = |x: T| x.c128();
+            let mut q: Vec<Complex<f64>> = (0..n * n)
+                .map(|e| Complex::new(if e % n == e / n { 1.0 } else { 0.0 }, 0.0))
+                .collect();
+            // Q·H(k) for k in the product's order: Q = H(0)⋯H(n-2) (lower), H(n-2)⋯H(0) (upper).
+            let order: Vec<usize> = if lower {
+                (0..n.max(1) - 1).collect()
+            } else {
+                (0..n.max(1) - 1).rev().collect()
+            };
+            for k in order {
+                let mut v = vec![Complex::new(0.0, 0.0); n];
+                if lower {
+                    v[k + 1] = Complex::new(1.0, 0.0);
+                    for i in k + 2..n {
+                        v[i] = c(out[k * n + i]);
+                    }
+                } else {
+                    v[k] = Complex::new(1.0, 0.0);
+                    for i in 0..k {
+                        v[i] = c(out[(k + 1) * n + i]);
+                    }
+                }
+                let t = c(tau[k]);
+                for r in 0..n {
+                    let qv: Complex<f64> = (0..n).map(|j| q[j * n + r] * v[j]).sum();
+                    for j in 0..n {
+                        q[j * n + r] -= qv * t * v[j].conj();
+                    }
+                }
+            }
+            let tri = |i: usize, j: usize| -> f64 {
+                if i == j {
+                    as_f64::<T>(d[i])
+                } else if i == j + 1 {
+                    as_f64::<T>(e[j])
+                } else if j == i + 1 {
+                    as_f64::<T>(e[i])
+                } else {
+                    0.0
+                }
+            };
+            for j in 0..n {
+                for i in 0..n {
+                    let qtq: Complex<f64> = (0..n)
+                        .flat_map(|k| (0..n).map(move |l| (k, l)))
+                        .map(|(k, l)| q[k * n + i] * tri(k, l) * q[l * n + j].conj())
+                        .sum();
+                    let err = modulus(qtq - h[j * n + i]);
+                    assert!(
+                        err <= 30.0 * n as f64 * T::EPS,
+                        "n={n} lower={lower} ({i},{j}): {err:e}"
+                    );
+                    let other = if lower { i < j } else { i > j };
+                    if other {
+                        assert!(out[j * n + i].same(a[j * n + i]), "other triangle written");
+                    } else if i == j {
+                        assert_eq!(c(out[j * n + i]), Complex::new(as_f64::<T>(d[i]), 0.0));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sytd2_reduces_all_types() {
+    sytd2_reduces::<f32>();
+    sytd2_reduces::<f64>();
+    sytd2_reduces::<Complex<f32>>();
+    sytd2_reduces::<Complex<f64>>();
+}
