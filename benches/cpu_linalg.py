@@ -38,6 +38,10 @@ OPS = {
     "hessenberg": lambda a: jax.scipy.linalg.hessenberg(a, calc_q=True),
     "tridiagonal": lambda a: jax.lax.linalg.tridiagonal(a),
     "qr_pivoting": lambda a: jax.scipy.linalg.qr(a, pivoting=True),
+    "qr_multiply": lambda a: jax.scipy.linalg.qr_multiply(a, a),
+    "svd_qr": lambda a: jax.lax.linalg.svd(a, algorithm=jax.lax.linalg.SvdAlgorithm.QR),
+    "tridiagonal_solve": lambda a: jax.lax.linalg.tridiagonal_solve(
+        a[..., 0] * 0.1, a[..., 1] + 4, a[..., 2] * 0.1, a),
 }
 SIZES = (4, 8, 16, 32, 64, 128, 512)
 DTYPES = (np.float32, np.float64, np.complex128)
