@@ -157,7 +157,7 @@ def test_singular_ill_conditioned_and_nan_inputs(install, dtype):
         assert not np.isfinite(x[1][0][4]).all() and not np.isfinite(x[1][0][7]).all()
     tol = tolerance(dtype)
     scale = np.abs(a[:4]).max(axis=(-2, -1), keepdims=True)
-    np.testing.assert_allclose((q @ r)[:4] / scale, a[:4] / scale, rtol=tol, atol=tol)
+    np.testing.assert_allclose(q[:4] @ r[:4] / scale, a[:4] / scale, rtol=tol, atol=tol)
     np.testing.assert_allclose(q[:4].conj().mT @ q[:4], np.broadcast_to(np.eye(5), (4, 5, 5)),
                                rtol=tol, atol=tol)
 
