@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from jax._src.lax.linalg import geqp3  # jax.lax.linalg does not export it
+from jax._src.lax.linalg import geqp3, geqrf  # jax.lax.linalg does not export them
 
 jax.config.update("jax_enable_x64", True)
 
@@ -343,3 +343,19 @@ def test_raw_call_errors_name_target_and_operand(random_matrix):
     for target, results, args, attrs, message in error_cases(random_matrix):
         with pytest.raises(Exception, match=message):
             raw_call(target, results, *args, **attrs)
+
+
+@pytest.mark.parametrize("m", [40, 70], ids=["unblocked-orm2r", "blocked"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+def test_ormqr_mid_sizes_match_stock(dtype, m, random_matrix):
+    # Up to 64 rows ferrax gives ?ormqr the minimum workspace (?orm2r, one reflector at a
+    # time); above, the optimal one (blocks of reflectors). Both against stock's blocked path.
+    a = random_matrix((2, m, m), dtype)
+    c_left, c_right = random_matrix((2, m, P), dtype), random_matrix((2, P, m), dtype)
+    r, taus = run(geqrf, a)  # one factorization for both sides
+    args = ([r.copy() for _ in SIDES], taus, c_left, c_right)
+    stock = run(q_products, *args)
+    ferrax.install()
+    ours = run(q_products, *args)
+    assert "ferrax_ormqr" in jax.jit(q_products).lower(*args).as_text()
+    assert_matches_stock(ours, stock, 10 * TOL[dtype])
