@@ -44,7 +44,12 @@ struct Constants<R> {
     /// `xLAMCH('E')` and its square.
     eps: R,
     eps2: R,
+    /// `xLAMCH('S')` and its reciprocal.
     safmin: R,
+    safmax: R,
+    /// `xLARTG`'s range where `f² + g²` needs no scaling.
+    rtmin: R,
+    rtmax: R,
     /// `xSTEQR`'s scaling bounds for an unreduced block.
     ssfmax: R,
     ssfmin: R,
@@ -60,6 +65,7 @@ impl<R: EighReal> Constants<R> {
         let half = one / two;
         let eps = R::PRECISION * half;
         let safmin = R::SAFE_MIN;
+        let safmax = one / safmin;
         let smlnum = safmin / R::PRECISION;
         Constants {
             zero,
@@ -69,7 +75,10 @@ impl<R: EighReal> Constants<R> {
             eps,
             eps2: eps * eps,
             safmin,
-            ssfmax: (one / safmin).sqrt() / (two + one),
+            safmax,
+            rtmin: safmin.sqrt(),
+            rtmax: (safmax * half).sqrt(),
+            ssfmax: safmax.sqrt() / (two + one),
             ssfmin: safmin.sqrt() / (eps * eps),
             rmin: smlnum.sqrt(),
             rmax: (one / smlnum).sqrt(),
@@ -124,7 +133,6 @@ pub fn eigh<T: QrScalar<Real: EighReal>>(
     let (h, rest) = scratch[..scratch_len(n)].split_at_mut(n * n);
     let (q, tau) = rest.split_at_mut(n * n);
     let at = |i: usize, j: usize| j * n + i;
-    let mirror = |i: usize| n - 1 - i;
     load_lower(a, n, lower, h);
     let mut anrm = k.zero;
     for j in 0..n {
@@ -163,7 +171,7 @@ pub fn eigh<T: QrScalar<Real: EighReal>>(
         if !lower {
             for j in 0..n {
                 for i in 0..n {
-                    a[at(i, j)] = q[at(mirror(i), mirror(j))];
+                    a[stored_at(n, false, i, j)] = q[at(i, j)];
                 }
             }
         }
@@ -182,20 +190,26 @@ pub fn eigh<T: QrScalar<Real: EighReal>>(
     info
 }
 
+/// Where element `(i, j)` of the matrix the reduction works on lies in the column-major `n×n`
+/// `a`: `(i, j)` itself for a `lower` `a`, else `(n-1-i, n-1-j)`, that is element `(i, j)` of
+/// `P·A·P` with `P` the reversal permutation. `xSYTD2('U')` is `xSYTD2('L')` on `P·A·P` (its
+/// reflectors run bottom-up and end at the bottom element), so both triangles share one
+/// reduction.
+fn stored_at(n: usize, lower: bool, i: usize, j: usize) -> usize {
+    if lower {
+        j * n + i
+    } else {
+        (n - 1 - j) * n + (n - 1 - i)
+    }
+}
+
 /// The lower triangle of the Hermitian matrix to reduce into `h` (diagonal made real): `a`'s,
-/// or for an upper `a` the lower one of `P·A·P`, `P` the reversal permutation.
-/// `xSYTD2('U')` is `xSYTD2('L')` on `P·A·P` (its reflectors run bottom-up and end at the
-/// bottom element), so both triangles share one reduction.
+/// or for an upper `a` the lower one of `P·A·P` ([`stored_at`]).
 fn load_lower<T: QrScalar>(a: &[T], n: usize, lower: bool, h: &mut [T]) {
-    let at = |i: usize, j: usize| j * n + i;
     for j in 0..n {
         for i in j..n {
-            let x = if lower {
-                a[at(i, j)]
-            } else {
-                a[at(n - 1 - i, n - 1 - j)]
-            };
-            h[at(i, j)] = if i == j { T::from_real(x.re()) } else { x };
+            let x = a[stored_at(n, lower, i, j)];
+            h[j * n + i] = if i == j { T::from_real(x.re()) } else { x };
         }
     }
 }
@@ -229,14 +243,9 @@ pub fn sytd2<T: QrScalar>(
     let (d, e, tau) = (&mut d[..n], &mut e[..n - 1], &mut tau[..n - 1]);
     load_lower(a, n, lower, h);
     hetd2_lower(h, n, d, e, tau);
-    let at = |i: usize, j: usize| j * n + i;
     for j in 0..n {
         for i in j..n {
-            if lower {
-                a[at(i, j)] = h[at(i, j)];
-            } else {
-                a[at(n - 1 - i, n - 1 - j)] = h[at(i, j)];
-            }
+            a[stored_at(n, lower, i, j)] = h[j * n + i];
         }
     }
     if !lower {
@@ -315,8 +324,7 @@ fn hetd2_lower<T: QrScalar>(
 /// `xLASCL('G')` of a real vector from `cfrom` to `cto`: multiplied by `cto/cfrom` in steps
 /// that neither overflow nor underflow.
 fn lascl<R: EighReal>(cfrom: R, cto: R, x: &mut [R], k: &Constants<R>) {
-    let smlnum = k.safmin;
-    let bignum = k.one / smlnum;
+    let (smlnum, bignum) = (k.safmin, k.safmax);
     let (mut cfromc, mut ctoc) = (cfrom, cto);
     loop {
         let cfrom1 = cfromc * smlnum;
@@ -351,21 +359,19 @@ fn lascl<R: EighReal>(cfrom: R, cto: R, x: &mut [R], k: &Constants<R>) {
 /// `xLARTG` (LAPACK ≥ 3.10): `(c, s, r)` with `[c s; -s c]·[f; g] = [r; 0]`, `c ≥ 0` and `r`
 /// carrying the sign of `f`.
 fn lartg<R: EighReal>(f: R, g: R, k: &Constants<R>) -> (R, R, R) {
-    let safmax = k.one / k.safmin;
-    let (rtmin, rtmax) = (k.safmin.sqrt(), (safmax * k.half).sqrt());
     let (f1, g1) = (f.abs(), g.abs());
     if g == k.zero {
         (k.one, k.zero, f)
     } else if f == k.zero {
         (k.zero, k.one.copysign(g), g1)
-    } else if f1 > rtmin && f1 < rtmax && g1 > rtmin && g1 < rtmax {
+    } else if f1 > k.rtmin && f1 < k.rtmax && g1 > k.rtmin && g1 < k.rtmax {
         let d = (f * f + g * g).sqrt();
         let r = d.copysign(f);
         (f1 / d, g / r, r)
     } else {
         let big = if f1 < g1 { g1 } else { f1 };
         let big = if big < k.safmin { k.safmin } else { big };
-        let u = if safmax < big { safmax } else { big };
+        let u = if k.safmax < big { k.safmax } else { big };
         let (fs, gs) = (f / u, g / u);
         let d = (fs * fs + gs * gs).sqrt();
         let r = d.copysign(f);
