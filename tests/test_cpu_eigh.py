@@ -11,6 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import ferrax  # noqa: E402
+from helpers import aligned_columns  # noqa: E402
 
 TARGET = "ferrax_syevd"
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -54,15 +55,6 @@ def tolerance(dtype, n=8):
     return 50 * n * np.finfo(dtype).eps
 
 
-def aligned(v, reference):
-    """``v``'s columns times the unit factors that best align them with ``reference``'s:
-    eigenvectors are defined up to such a factor (a sign for real matrices), and which one
-    LAPACK's rotations produce can flip with rounding."""
-    overlap = np.sum(np.conj(v) * reference, axis=-2, keepdims=True)
-    magnitude = np.abs(overlap)
-    return v * np.where(magnitude > 0, overlap / np.where(magnitude > 0, magnitude, 1), 1)
-
-
 def assert_matches(got, ref, dtype):
     """(eigenvalues,) or (eigenvalues, eigenvectors) against stock's: the vectors up to phase
     and to a tolerance that grows as an eigenvalue's gap to its neighbours shrinks (so do
@@ -79,7 +71,7 @@ def assert_matches(got, ref, dtype):
         inf = np.full(w.shape[:-1] + (1,), np.inf)
         gap = np.minimum(np.concatenate([inf, spacing], -1), np.concatenate([spacing, inf], -1))
         allowed = tolerance(dtype) / np.clip(gap, 1e-3, 1)
-        error = np.abs(aligned(got[1], ref[1]) - ref[1]).max(axis=-2)
+        error = np.abs(aligned_columns(got[1], ref[1]) - ref[1]).max(axis=-2)
         assert (error <= allowed).all(), (error, allowed)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import ferrax
+from helpers import aligned_columns
 
 BATCH = 37  # several full groups of eight per thread's chunk, and a partial one
 
@@ -80,6 +81,13 @@ def test_cholesky_batches_match_stock(n, dtype, random_matrix, assert_close):
     assert_close(l @ np.conj(np.swapaxes(l, -1, -2)), a[good], dtype, kind="reconstruct")
 
 
+def _hermitian_from_triangle(a, lower):
+    """The Hermitian matrices whose `lower` (else upper) triangle `a` holds."""
+    if lower:
+        return np.tril(a) + np.conj(np.swapaxes(np.tril(a, -1), -1, -2))
+    return np.triu(a) + np.conj(np.swapaxes(np.triu(a, 1), -1, -2))
+
+
 def _raw_potrf(a, uplo):
     call = jax.ffi.ffi_call(
         "ferrax_potrf",
@@ -103,20 +111,9 @@ def test_raw_potrf_batches_leave_the_other_triangle(uplo, dtype, random_matrix, 
     np.testing.assert_array_equal(factor[:, other[0], other[1]], a[:, other[0], other[1]])
     t = np.tril(factor) if uplo == "L" else np.conj(np.swapaxes(np.triu(factor), -1, -2))
     good = [b for b in range(BATCH) if b != 7]
-    hermitian = np.tril(a) + np.conj(np.swapaxes(np.tril(a, -1), -1, -2)) if uplo == "L" else \
-        np.triu(a) + np.conj(np.swapaxes(np.triu(a, 1), -1, -2))
+    hermitian = _hermitian_from_triangle(a, uplo == "L")
     assert_close((t @ np.conj(np.swapaxes(t, -1, -2)))[good], hermitian[good], dtype,
                  kind="reconstruct")
-
-
-def _aligned(v, reference):
-    """``v``'s columns times the unit factors that best align them with ``reference``'s:
-    eigenvectors are defined up to such a factor (a sign for real matrices), and which one
-    LAPACK's rotations produce can flip with rounding (for f32, in a few percent of random
-    16×16 matrices, stock LAPACK against itself in f64 as well)."""
-    overlap = np.sum(np.conj(v) * reference, axis=-2, keepdims=True)
-    magnitude = np.abs(overlap)
-    return v * np.where(magnitude > 0, overlap / np.where(magnitude > 0, magnitude, 1), 1)
 
 
 @pytest.mark.parametrize("lower", [True, False], ids=["lower", "upper"])
@@ -148,12 +145,11 @@ def test_eigh_batches_match_stock(n, lower, dtype, random_matrix, assert_close):
     # Eigenvectors of the random matrices (distinct eigenvalues) against stock's, up to phase.
     generic = [b for b in finite if b not in (4, 11, 17)]
     tol = {"float32": 2e-3, "float64": 1e-9}[np.finfo(dtype).dtype.name]
-    np.testing.assert_allclose(_aligned(v[generic], stock_v[generic]), stock_v[generic],
+    np.testing.assert_allclose(aligned_columns(v[generic], stock_v[generic]), stock_v[generic],
                                rtol=0, atol=tol)
     # Every finite one: A·V = V·diag(w), Vᴴ·V = I.
     vh = np.conj(np.swapaxes(v[finite], -1, -2))
-    hermitian = np.tril(a) + np.conj(np.swapaxes(np.tril(a, -1), -1, -2)) if lower else \
-        np.triu(a) + np.conj(np.swapaxes(np.triu(a, 1), -1, -2))
+    hermitian = _hermitian_from_triangle(a, lower)
     h = hermitian[finite] / scale[..., None]
     assert_close(v[finite] * (w[finite] / scale)[:, None, :] @ vh, h, dtype, kind="reconstruct")
     assert_close(vh @ v[finite], np.broadcast_to(np.eye(n, dtype=dtype), v[finite].shape), dtype,
