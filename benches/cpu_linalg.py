@@ -6,6 +6,9 @@ For each op, dtype and n, a batch of n×n matrices sized to about 4 MB is timed 
 ``benches/results/cpu_linalg.json`` and one PNG plot of the speedup per op.
 
     python benches/cpu_linalg.py [--quick] [--ops lu,cholesky,...] [--sizes 4,8] [--dtypes float64]
+
+``--scaling`` also times every case on one core (a child process pinned to the first CPU, so
+XLA's thread pool has one thread) and reports how much each side gains from all the cores.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import json
 import os
 import pathlib
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import jax
@@ -120,7 +126,14 @@ def main(argv=None):
     parser.add_argument("--dtypes", default=",".join(np.dtype(d).name for d in DTYPES),
                         help="comma-separated dtype names")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--scaling", action="store_true",
+                        help="also time each case on one core; report the speedup from all cores")
+    parser.add_argument("--cores", type=int, help="run on the first CORES CPUs only")
+    parser.add_argument("--json", help="where to write the results (default benches/results/)")
     args = parser.parse_args(argv)
+    if args.cores:  # before jax's CPU client exists, so that its thread pool has this size
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
+    one_core = one_core_results(argv, args) if args.scaling else {}
     sizes = tuple(int(n) for n in args.sizes.split(","))
     dtypes = tuple(np.dtype(d).type for d in args.dtypes.split(","))
     repeats = args.repeats
@@ -130,18 +143,41 @@ def main(argv=None):
     results = [measure(op, dtype, n, repeats, rng)
                for op in args.ops.split(",") for dtype in dtypes for n in sizes]
 
-    print(f"CPU, {os.cpu_count()} cores, jax {jax.__version__}, jaxlib {jax.lib.__version__}, median of {repeats} interleaved calls (ms)")
-    header = f"{'op':<17} {'dtype':<10} {'n':>4} {'batch':>7} {'jaxlib':>9} {'ferrax':>9} {'speedup':>8}"
-    print(header + "\n" + "-" * len(header))
+    cores = len(os.sched_getaffinity(0))
     for r in results:
+        if (key := (r["op"], r["dtype"], r["n"])) in one_core:
+            r["jaxlib_scaling"] = one_core[key]["jaxlib_ms"] / r["jaxlib_ms"]
+            r["ferrax_scaling"] = one_core[key]["ferrax_ms"] / r["ferrax_ms"]
+
+    print(f"CPU, {cores} cores, jax {jax.__version__}, jaxlib {jax.lib.__version__}, median of {repeats} interleaved calls (ms)")
+    scaling_header = f" {'jaxlib 1→' + str(cores):>11} {'ferrax 1→' + str(cores):>11}" if one_core else ""
+    header = f"{'op':<17} {'dtype':<10} {'n':>4} {'batch':>7} {'jaxlib':>9} {'ferrax':>9} {'speedup':>8}"
+    print(header + scaling_header + "\n" + "-" * len(header + scaling_header))
+    for r in results:
+        scaling = (f" {r['jaxlib_scaling']:>10.2f}x {r['ferrax_scaling']:>10.2f}x"
+                   if "ferrax_scaling" in r else "")
         note = "" if r["routed"] else "  (not routed to ferrax yet)"
         print(f"{r['op']:<17} {r['dtype']:<10} {r['n']:>4} {r['batch']:>7} {r['jaxlib_ms']:>9.3f} "
-              f"{r['ferrax_ms']:>9.3f} {r['speedup']:>7.2f}x{note}")
+              f"{r['ferrax_ms']:>9.3f} {r['speedup']:>7.2f}x{scaling}{note}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
+        return
     directory = pathlib.Path(__file__).resolve().parent / "results"
     directory.mkdir(exist_ok=True)
     (directory / "cpu_linalg.json").write_text(json.dumps(results, indent=1))
     plot(results, directory)
     print(f"wrote {directory}/cpu_linalg.json and cpu_<op>.png")
+
+
+def one_core_results(argv, args):
+    """The same cases timed by a child process on one core: {(op, dtype, n): result}."""
+    argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--scaling"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "one_core.json"
+        print("timing every case on one core first (child process)", flush=True)
+        subprocess.run([sys.executable, __file__, *argv, "--cores", "1", "--json", str(path)],
+                       check=True, stdout=subprocess.DEVNULL)
+        return {(r["op"], r["dtype"], r["n"]): r for r in json.loads(path.read_text())}
 
 
 if __name__ == "__main__":
