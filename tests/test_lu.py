@@ -206,3 +206,49 @@ def test_nested_vmap_of_getrf(dtype, random_matrix, assert_close):
     assert_close(lu, stock[0], dtype)
     np.testing.assert_array_equal(ipiv - 1, stock[1])
     np.testing.assert_array_equal(info, np.zeros((2, 3)))
+
+
+GETRF_OUTS = lambda a: (jax.ShapeDtypeStruct(a.shape, a.dtype),
+                        jax.ShapeDtypeStruct(a.shape[:-2] + (min(a.shape[-2:]),), np.int32),
+                        jax.ShapeDtypeStruct(a.shape[:-2], np.int32))
+
+
+@pytest.mark.parametrize("shape", [(9, 5, 5), (3, 4, 7), (3, 7, 4), (2, 16, 16), (11, 17, 17),
+                                   (2, 3, 40, 33), (1, 64, 64)], ids=str)
+def test_row_major_getrf_is_getrf_transposed(shape, dtype, random_matrix):
+    """ferrax_getrf_row_major on row-major matrices gives, bit for bit, the row-major image of
+    ferrax_getrf's column-major result (Rust lanes, one-matrix tail and LAPACK paths), with a
+    singular matrix in the batch, and a NaN where Rust factors (OpenBLAS's pivot search over a
+    column with a NaN depends on the column's memory alignment)."""
+    *batch, m, n = shape
+    a = random_matrix(shape, dtype)
+    a.reshape(-1, m, n)[0, :, 1] = 0  # an exactly zero column: info > 0
+    if max(m, n) <= 16:
+        a.reshape(-1, m, n)[-1, -1, 0] = np.nan
+    # ferrax_getrf reads its buffer as column-major [..., m, n]: the transposes' C-order bytes.
+    column_major = np.swapaxes(a, -1, -2).copy().reshape(shape)
+    col = jax.ffi.ffi_call("ferrax_getrf", GETRF_OUTS(a))(column_major)
+    row = jax.ffi.ffi_call("ferrax_getrf_row_major", GETRF_OUTS(a))(a)
+    col_lu = np.swapaxes(np.asarray(col[0]).reshape(*batch, n, m), -1, -2)
+    np.testing.assert_array_equal(np.asarray(row[0]), col_lu)
+    for x, y in zip(row[1:], col[1:]):
+        np.testing.assert_array_equal(x, y)
+    assert np.asarray(row[2]).reshape(-1)[0] > 0
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 17, 64, 128, 129])
+def test_installed_lu_matches_stock(n, dtype, random_matrix, assert_close, installed):
+    """jax.lax.linalg.lu under install(): the row-major getrf up to 128 (jax's own column-major
+    rule above), square, tall and wide, two batch dimensions, a singular member."""
+    for m in {n, n + 3, max(n - 2, 1)}:
+        a = random_matrix((2, 3, m, n), dtype)
+        a[1, 2, :, 0] = 0
+        text = jax.jit(jax.lax.linalg.lu).lower(a).as_text()
+        assert ("ferrax_getrf_row_major" in text) == (max(m, n) <= 128), (m, n)
+        got = [np.asarray(x) for x in jax.lax.linalg.lu(a)]
+        ferrax.uninstall()
+        try:
+            stock = [np.asarray(x) for x in jax.lax.linalg.lu(a)]
+        finally:
+            ferrax.install()
+        _check_against_stock(got, stock, dtype, assert_close)

@@ -19,12 +19,13 @@ from jax._src.interpreters import batching, mlir
 from ferrax._lowering import batched_ffi_lowering
 
 GETRF = "ferrax_getrf"
+GETRF_ROW_MAJOR = "ferrax_getrf_row_major"
 LU_PIVOTS_TO_PERMUTATION = "ferrax_lu_pivots_to_permutation"
 THREEFRY2X32 = "ferrax_threefry2x32"
 THREEFRY2X32_BITS = "ferrax_threefry2x32_bits"
 CHOLESKY_UPDATE = "ferrax_cholesky_update"
 
-_LAPACK_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
+LAPACK_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 
 
 def _batch_at_front(prim, args, dims, **params):
@@ -56,7 +57,7 @@ def _on(*platforms):
 def _getrf_abstract_eval(a):
     if a.ndim < 2:
         raise TypeError(f"{GETRF}: expected a matrix or a batch of matrices, got shape {a.shape}")
-    if dtypes.dtype(a.dtype) not in _LAPACK_DTYPES:
+    if dtypes.dtype(a.dtype) not in LAPACK_DTYPES:
         raise TypeError(f"{GETRF}: expected float32, float64, complex64 or complex128, got {a.dtype}")
     *batch, m, n = a.shape
     i32 = np.dtype(np.int32)
@@ -137,7 +138,7 @@ threefry2x32_bits_p = _primitive(
 
 def _cholesky_update_abstract_eval(r, w):
     if (r.ndim < 2 or r.shape[-1] != r.shape[-2] or w.shape != r.shape[:-1]
-            or r.dtype != w.dtype or dtypes.dtype(r.dtype) not in _LAPACK_DTYPES):
+            or r.dtype != w.dtype or dtypes.dtype(r.dtype) not in LAPACK_DTYPES):
         raise TypeError(f"{CHOLESKY_UPDATE}: expected R [..., n, n] and w [..., n] of one dtype "
                         f"(float32, float64, complex64 or complex128), got "
                         f"{r.dtype}{list(r.shape)} and {w.dtype}{list(w.shape)}")

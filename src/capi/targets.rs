@@ -38,6 +38,11 @@ targets!(
         ops::pivots::ferrax_cpu_lu_pivots_to_permutation
     ),
     (ops::getrf::TARGET, "cpu", ops::getrf::ferrax_cpu_getrf),
+    (
+        ops::getrf::ROW_MAJOR_TARGET,
+        "cpu",
+        ops::getrf::ferrax_cpu_getrf_row_major
+    ),
     (ops::potrf::TARGET, "cpu", ops::potrf::ferrax_cpu_potrf),
     (ops::trsm::TARGET, "cpu", ops::trsm::ferrax_cpu_trsm),
     (ops::qr::GEQRF_TARGET, "cpu", ops::qr::ferrax_cpu_geqrf),

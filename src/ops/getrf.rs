@@ -7,8 +7,8 @@ use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, Thre
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    by_lanes, for_each_chunk, for_each_parallel, gpu_in_place, gpu_scalar_kind, lapack_dim,
-    routine, small_matrix_launch, SharedMut,
+    by_lanes, for_each_chunk, gpu_in_place, gpu_scalar_kind, in_column_major, lapack_dim,
+    routine, small_matrix_launch, InPlace, Layout, SharedMut,
 };
 use ferrax_cpu_fallback::Lapack;
 use ferrax_kernels::small::lanes::{self, LANES};
@@ -16,6 +16,9 @@ use ferrax_kernels::small::{getf2, Scalar};
 use std::ffi::CStr;
 
 pub const TARGET: &CStr = c"ferrax_getrf";
+/// The same with jax's own row-major layout for `a` and `lu` (not aliased): the CPU lowering
+/// of `lu` calls it, so XLA adds no transposing passes over the batch around the call.
+pub const ROW_MAJOR_TARGET: &CStr = c"ferrax_getrf_row_major";
 
 ffi_handler! {
     /// LU factorization on the host through LAPACK, batch split across XLA's thread pool.
@@ -36,7 +39,37 @@ fn getrf_cpu(
     ipiv: Buffer<'_>,
     info: Buffer<'_>,
 ) -> Result<()> {
-    dispatch_lapack!(a, getrf_typed(pool, a, lu, ipiv, info))
+    dispatch_lapack!(a, getrf_typed(pool, a, lu, ipiv, info, Layout::ColumnMajor))
+}
+
+ffi_handler! {
+    /// [`ferrax_cpu_getrf`] on row-major matrices.
+    pub fn ferrax_cpu_getrf_row_major = ROW_MAJOR_TARGET;
+    ctx pool: ThreadPool;
+    arg a: Buffer;
+    ret lu: Buffer;
+    ret ipiv: Buffer;
+    ret info: Buffer;
+    traits = 0;
+    body = getrf_cpu_row_major;
+}
+
+fn getrf_cpu_row_major(
+    pool: ThreadPool<'_>,
+    a: Buffer<'_>,
+    lu: Buffer<'_>,
+    ipiv: Buffer<'_>,
+    info: Buffer<'_>,
+) -> Result<()> {
+    dispatch_lapack!(a, getrf_typed(pool, a, lu, ipiv, info, Layout::RowMajor))
+}
+
+/// Room for one matrix's column-major copy, which only row-major matrices need.
+fn row_major_scratch<T: Scalar>(layout: Layout, matrix_len: usize) -> Vec<T> {
+    match layout {
+        Layout::RowMajor => vec![T::ZERO; matrix_len],
+        Layout::ColumnMajor => Vec::new(),
+    }
 }
 
 /// Checks the pivot and info results against `a [..., m, n]` and returns its shape.
@@ -63,72 +96,63 @@ fn getrf_typed<T: NativeType + Lapack + Scalar>(
     lu: Buffer<'_>,
     ipiv: Buffer<'_>,
     info: Buffer<'_>,
+    layout: Layout,
 ) -> Result<()> {
     let shape = expect_shapes(&a, &ipiv, &info)?;
+    let input = InPlace::<T>::new(&a, &lu)?;
     let k = shape.rows.min(shape.cols);
     let (m, n) = (lapack_dim(&a, shape.rows)?, lapack_dim(&a, shape.cols)?);
     let lda = m.max(1);
-    a.copy_into(&lu)?;
     if shape.batch == 0 {
         return Ok(());
     }
     let getrf = routine(T::getrf())?;
-    // SAFETY: `a` is no longer read; the results are distinct buffers.
-    let (lu, ipiv, info) = unsafe {
+    // SAFETY: the results are distinct buffers.
+    let (ipiv, info) = unsafe { (ipiv.as_mut_slice::<i32>()?, info.as_mut_slice::<i32>()?) };
+    let (ipiv, info) = (SharedMut(ipiv.as_mut_ptr()), SharedMut(info.as_mut_ptr()));
+    let matrix_len = shape.matrix_len();
+    let (rows, cols) = (shape.rows, shape.cols);
+    let flops = (rows * cols * k.max(1)).max(1);
+    // SAFETY (both closures): the slices cover exactly `count` matrices, pivots and infos from
+    // `first`, items of the calling task, which it alone writes.
+    let matrices = |first: usize, count: usize| unsafe {
         (
-            lu.as_mut_slice::<T>()?,
-            ipiv.as_mut_slice::<i32>()?,
-            info.as_mut_slice::<i32>()?,
+            input.load(first * matrix_len, count * matrix_len),
+            ipiv.slice(first * k, count * k),
+            info.slice(first, count),
         )
     };
-    let (lu, ipiv, info) = (
-        SharedMut(lu.as_mut_ptr()),
-        SharedMut(ipiv.as_mut_ptr()),
-        SharedMut(info.as_mut_ptr()),
-    );
-    let matrix_len = shape.matrix_len();
-    let flops = (shape.rows * shape.cols * k.max(1)).max(1);
-    if shape.rows.max(shape.cols) <= CPU_SMALL_MAX {
-        let (rows, cols) = (shape.rows, shape.cols);
+    if rows.max(cols) <= CPU_SMALL_MAX {
         return for_each_chunk(&pool, shape.batch, flops, &|range| {
-            // SAFETY: the slices cover exactly `count` matrices, pivots and infos from `first`,
-            // items of this chunk, which this task alone writes.
-            let matrices = |first: usize, count: usize| unsafe {
-                (
-                    lu.slice(first * matrix_len, count * matrix_len),
-                    ipiv.slice(first * k, count * k),
-                    info.slice(first, count),
-                )
-            };
             let mut scratch = vec![<T as Scalar>::ZERO; LANES * matrix_len];
+            let mut transposed = row_major_scratch::<T>(layout, matrix_len);
             by_lanes(
                 range,
                 |first| {
                     let (a, p, info) = matrices(first, LANES);
                     let info = info.try_into().expect("LANES infos");
-                    lanes::getf2(a, rows, cols, p, info, &mut scratch);
+                    lanes::getf2(a, rows, cols, layout, p, info, &mut scratch);
                 },
                 |b| {
                     let (a, p, info) = matrices(b, 1);
-                    info[0] = getf2(a, rows, cols, rows.max(1), p);
+                    info[0] = in_column_major(a, rows, cols, layout, &mut transposed, |a| {
+                        getf2(a, rows, cols, rows.max(1), p)
+                    });
                 },
             );
             Ok(())
         });
     }
-    for_each_parallel(&pool, shape.batch, flops, &|b| {
-        // SAFETY: matrix `b` of each result is written by this task alone; LAPACK reads and
-        // writes exactly `lda * n` elements, `min(m, n)` pivots and one info.
-        unsafe {
-            getrf(
-                &m,
-                &n,
-                lu.at(b * matrix_len),
-                &lda,
-                ipiv.at(b * k),
-                info.at(b),
-            )
-        };
+    for_each_chunk(&pool, shape.batch, flops, &|range| {
+        let mut transposed = row_major_scratch::<T>(layout, matrix_len);
+        for b in range {
+            let (a, p, info) = matrices(b, 1);
+            in_column_major(a, rows, cols, layout, &mut transposed, |a| {
+                // SAFETY: LAPACK reads and writes exactly `lda * n` elements of `a`,
+                // `min(m, n)` pivots and one info.
+                unsafe { getrf(&m, &n, a.as_mut_ptr(), &lda, p.as_mut_ptr(), &mut info[0]) }
+            });
+        }
         Ok(())
     })
 }

@@ -20,6 +20,7 @@ pub mod trsm;
 use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error, XLA_FFI_Handler};
 use crate::ffi::{Buffer, Error, MatrixBatch, NativeType, Result, ThreadPool};
 use ferrax_cpu_fallback::Lapack;
+pub(crate) use ferrax_kernels::small::lanes::Layout;
 use num_complex::Complex;
 use std::ffi::CStr;
 
@@ -104,6 +105,81 @@ impl<T> SharedMut<T> {
     #[allow(clippy::mut_from_ref)] // the buffer is shared, its parts are not
     pub unsafe fn slice<'a>(&self, start: usize, len: usize) -> &'a mut [T] {
         std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+}
+
+/// An argument and the result that replaces it (jaxlib's in-place contract, or a result of
+/// its own where the lowering does not alias them): each task takes its part of the result
+/// with [`InPlace::load`], which first copies the argument's elements there unless XLA made
+/// the two one buffer, so the copy runs in parallel, right before the elements are worked on.
+#[derive(Clone, Copy)]
+pub(crate) struct InPlace<T> {
+    input: *const T,
+    output: SharedMut<T>,
+}
+unsafe impl<T> Send for InPlace<T> {}
+unsafe impl<T> Sync for InPlace<T> {}
+
+impl<T: NativeType> InPlace<T> {
+    /// Checks that `output` has `input`'s dtype `T` and shape.
+    pub fn new(input: &Buffer<'_>, output: &Buffer<'_>) -> Result<Self> {
+        input.expect_dtype(T::DTYPE)?;
+        output.expect_dtype(T::DTYPE)?;
+        output.expect_dims(input.dims())?;
+        Ok(InPlace {
+            input: input.data_ptr().cast(),
+            output: SharedMut(output.data_ptr().cast()),
+        })
+    }
+
+    /// The result's `len` elements from element `start`, holding the argument's.
+    ///
+    /// # Safety
+    /// As [`SharedMut::slice`]; no task writes the argument.
+    #[allow(clippy::mut_from_ref)] // the buffer is shared, its parts are not
+    pub unsafe fn load<'a>(&self, start: usize, len: usize) -> &'a mut [T] {
+        let part = self.output.slice(start, len);
+        if self.input != self.output.0.cast_const() {
+            std::ptr::copy_nonoverlapping(self.input.add(start), part.as_mut_ptr(), len);
+        }
+        part
+    }
+}
+
+/// Runs `f` on `a`, a `rows×cols` matrix in `layout`, as a column-major matrix (leading
+/// dimension `rows`): in place, or for a row-major one on its transpose copied into `scratch`
+/// and copied back after.
+pub(crate) fn in_column_major<T: Copy, R>(
+    a: &mut [T],
+    rows: usize,
+    cols: usize,
+    layout: Layout,
+    scratch: &mut [T],
+    f: impl FnOnce(&mut [T]) -> R,
+) -> R {
+    if layout == Layout::ColumnMajor {
+        return f(a);
+    }
+    let column_major = &mut scratch[..rows * cols];
+    transpose(a, rows, cols, column_major);
+    let result = f(column_major);
+    transpose(column_major, cols, rows, a);
+    result
+}
+
+/// `dst[j·rows + i] = src[i·cols + j]`: the row-major `rows×cols` matrix `src` into `dst`
+/// column-major, in square tiles so that the strided side stays in cache.
+fn transpose<T: Copy>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
+    const TILE: usize = 16;
+    for i0 in (0..rows).step_by(TILE) {
+        for j0 in (0..cols).step_by(TILE) {
+            let j1 = (j0 + TILE).min(cols);
+            for i in i0..(i0 + TILE).min(rows) {
+                for (j, &x) in (j0..j1).zip(&src[i * cols + j0..i * cols + j1]) {
+                    dst[j * rows + i] = x;
+                }
+            }
+        }
     }
 }
 

@@ -14,6 +14,15 @@ use super::{Real, Scalar};
 /// the target's width).
 pub const LANES: usize = 8;
 
+/// How the elements of an `m×n` matrix lie in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Fortran order (LAPACK's, and jaxlib's custom-call contract): `(i, j)` at `j·m + i`.
+    ColumnMajor,
+    /// C order (jax arrays as they are): `(i, j)` at `i·n + j`.
+    RowMajor,
+}
+
 /// Copies the `LANES` consecutive `len`-element matrices of `a` into `scratch`, element `e` of
 /// matrix `l` at `e·LANES + l`.
 fn interleave<T: Scalar>(a: &[T], len: usize, scratch: &mut [T]) {
@@ -29,6 +38,34 @@ fn deinterleave<T: Scalar>(scratch: &[T], len: usize, a: &mut [T]) {
     for (l, matrix) in a.chunks_exact_mut(len).take(LANES).enumerate() {
         for (e, x) in matrix.iter_mut().enumerate() {
             *x = scratch[e * LANES + l];
+        }
+    }
+}
+
+/// [`interleave`] of `m×n` matrices stored in `layout`: in `scratch` they are column-major.
+fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scratch: &mut [T]) {
+    if layout == Layout::ColumnMajor {
+        return interleave(a, m * n, scratch);
+    }
+    for (l, matrix) in a.chunks_exact(m * n).take(LANES).enumerate() {
+        for (i, row) in matrix.chunks_exact(n).enumerate() {
+            for (j, &x) in row.iter().enumerate() {
+                scratch[(j * m + i) * LANES + l] = x;
+            }
+        }
+    }
+}
+
+/// The inverse of [`interleave_from`].
+fn deinterleave_to<T: Scalar>(scratch: &[T], m: usize, n: usize, layout: Layout, a: &mut [T]) {
+    if layout == Layout::ColumnMajor {
+        return deinterleave(scratch, m * n, a);
+    }
+    for (l, matrix) in a.chunks_exact_mut(m * n).take(LANES).enumerate() {
+        for (i, row) in matrix.chunks_exact_mut(n).enumerate() {
+            for (j, x) in row.iter_mut().enumerate() {
+                *x = scratch[(j * m + i) * LANES + l];
+            }
         }
     }
 }
@@ -166,9 +203,10 @@ pub fn potf2<T: Scalar>(
     }
 }
 
-/// [`getf2`](super::getf2) for the `LANES` consecutive `m×n` matrices of `a` (column-major,
-/// leading dimension `m`): matrix `l`'s pivots go to `ipiv[l·min(m, n)..]` and its `info` to
-/// `info[l]`. `scratch` holds at least `LANES·m·n` elements (its contents are overwritten).
+/// [`getf2`](super::getf2) for the `LANES` consecutive `m×n` matrices of `a`, each stored
+/// contiguously in `layout` (the packed result stays in that layout): matrix `l`'s pivots go to
+/// `ipiv[l·min(m, n)..]` and its `info` to `info[l]`. `scratch` holds at least `LANES·m·n`
+/// elements (its contents are overwritten).
 ///
 /// # Panics
 /// If `a` or `scratch` is shorter than `LANES·m·n`, or `ipiv` than `LANES·min(m, n)`.
@@ -176,6 +214,7 @@ pub fn getf2<T: Scalar>(
     a: &mut [T],
     m: usize,
     n: usize,
+    layout: Layout,
     ipiv: &mut [i32],
     info: &mut [i32; LANES],
     scratch: &mut [T],
@@ -187,7 +226,7 @@ pub fn getf2<T: Scalar>(
     if len == 0 {
         return;
     }
-    interleave(a, len, scratch);
+    interleave_from(a, m, n, layout, scratch);
     let s = &mut scratch[..LANES * len];
     let at = |i: usize, j: usize| j * m + i;
     let zero = T::ZERO;
@@ -268,5 +307,5 @@ pub fn getf2<T: Scalar>(
             }
         }
     }
-    deinterleave(s, len, a);
+    deinterleave_to(s, m, n, layout, a);
 }

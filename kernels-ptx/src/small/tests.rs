@@ -682,9 +682,10 @@ fn trsm_singular_spreads_non_finite_values() {
 
 /// `lanes::getf2` and `lanes::potf2` against the one-matrix routines, bit for bit, on
 /// random matrices with special ones mixed in: singular (zero columns, equal rows), NaN, tiny
-/// pivots, and Cholesky failures at different steps in different lanes.
+/// pivots, and Cholesky failures at different steps in different lanes. `getf2` in both
+/// layouts: row-major matrices give the row-major image of the column-major result.
 fn lanes_match_one_matrix_routines<T: TestScalar>() {
-    use super::lanes::{self, LANES};
+    use super::lanes::{self, Layout, LANES};
     let mut rng = Rng(0x1a2e5);
     for (m, n) in [
         (0, 0),
@@ -702,8 +703,10 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
         let mut a: Vec<T> = rng.matrices(LANES * len);
         if len == 0 {
             let mut info = [7; LANES];
-            lanes::getf2(&mut a, m, n, &mut [], &mut info, &mut []);
-            assert_eq!(info, [0; LANES]);
+            for layout in [Layout::ColumnMajor, Layout::RowMajor] {
+                lanes::getf2(&mut a, m, n, layout, &mut [], &mut info, &mut []);
+                assert_eq!(info, [0; LANES]);
+            }
             lanes::potf2(&mut a, 0, true, &mut info, &mut []);
             assert_eq!(info, [0; LANES]);
             continue;
@@ -738,17 +741,31 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
                 &mut expected_ipiv[l * k..(l + 1) * k],
             );
         }
-        let mut got = a.clone();
-        let (mut ipiv, mut info) = (vec![0; LANES * k], [0; LANES]);
-        let mut scratch = vec![T::ZERO; LANES * len];
-        lanes::getf2(&mut got, m, n, &mut ipiv, &mut info, &mut scratch);
-        assert_eq!(
-            (info, &ipiv),
-            (expected_info, &expected_ipiv),
-            "getrf {m}x{n}"
-        );
-        for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
-            assert!(x.same(*y), "getrf {m}x{n}: element {e}: {x:?} != {y:?}");
+        // The same matrices row-major: element (i, j) of matrix l at l·len + i·n + j.
+        let row_major = |column_major: &[T]| -> Vec<T> {
+            (0..LANES * len)
+                .map(|e| {
+                    let (l, i, j) = (e / len, e % len / n, e % n);
+                    column_major[l * len + j * m + i]
+                })
+                .collect()
+        };
+        for (layout, input, expected) in [
+            (Layout::ColumnMajor, a.clone(), expected.clone()),
+            (Layout::RowMajor, row_major(&a), row_major(&expected)),
+        ] {
+            let mut got = input;
+            let (mut ipiv, mut info) = (vec![0; LANES * k], [0; LANES]);
+            let mut scratch = vec![T::ZERO; LANES * len];
+            lanes::getf2(&mut got, m, n, layout, &mut ipiv, &mut info, &mut scratch);
+            assert_eq!(
+                (info, &ipiv),
+                (expected_info, &expected_ipiv),
+                "getrf {m}x{n} {layout:?}"
+            );
+            for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
+                assert!(x.same(*y), "getrf {m}x{n} {layout:?}: element {e}: {x:?} != {y:?}");
+            }
         }
 
         if m != n {
@@ -771,6 +788,7 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
                 expected_info[l] = potf2(&mut expected[l * len..(l + 1) * len], n, n, lower);
             }
             let mut got = a;
+            let (mut info, mut scratch) = ([0; LANES], vec![T::ZERO; LANES * len]);
             lanes::potf2(&mut got, n, lower, &mut info, &mut scratch);
             assert_eq!(info, expected_info, "potrf {n} lower {lower}");
             for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
