@@ -69,3 +69,19 @@ def raw_svd(target, a, mode=np.uint8(ord("A")), s_dtype=None, u_cols=None):
     ]
     call = jax.ffi.ffi_call(target, results, input_output_aliases={0: 0})
     return jax.tree.map(np.asarray, call(a, mode=mode))
+
+
+def reflector_product(x, taus, lower):
+    """LAPACK's Q from ?sytrd's reflectors in the `lower` or upper triangle of `x`, one matrix:
+    Q = H(1)...H(n-1) (lower) or H(n-1)...H(1) (upper), H(i) = I - tau v v^H."""
+    n = x.shape[-1]
+    q = np.eye(n, dtype=x.dtype)
+    for j in range(n - 1):
+        v = np.zeros(n, x.dtype)
+        if lower:
+            v[j + 1], v[j + 2:] = 1, x[j + 2:, j]
+        else:
+            v[j], v[:j] = 1, x[:j, j + 1]
+        h = np.eye(n, dtype=x.dtype) - taus[j] * np.outer(v, v.conj())
+        q = q @ h if lower else h @ q
+    return q

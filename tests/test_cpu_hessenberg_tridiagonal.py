@@ -14,7 +14,7 @@ import scipy.linalg
 from jax import lax
 
 import ferrax
-from helpers import assert_matches_stock, assert_same, run  # noqa: E402
+from helpers import assert_matches_stock, assert_same, reflector_product, run  # noqa: E402
 
 TARGETS = ("ferrax_gehrd", "ferrax_sytrd")
 TOL = {np.float32: 1e-4, np.complex64: 1e-4, np.float64: 1e-12, np.complex128: 1e-12}
@@ -51,22 +51,6 @@ def hermitian(random_matrix, shape, dtype):
 
 def adjoint(x):
     return np.conj(np.swapaxes(x, -1, -2))
-
-
-def reflector_product(x, taus, lower):
-    """LAPACK's Q from ?sytrd's reflectors in the `lower` or upper triangle of `x`, one matrix:
-    Q = H(1)...H(n-1) (lower) or H(n-1)...H(1) (upper), H(i) = I - tau v v^H."""
-    n = x.shape[-1]
-    q = np.eye(n, dtype=x.dtype)
-    for j in range(n - 1):
-        v = np.zeros(n, x.dtype)
-        if lower:
-            v[j + 1], v[j + 2:] = 1, x[j + 2:, j]
-        else:
-            v[j], v[:j] = 1, x[:j, j + 1]
-        h = np.eye(n, dtype=x.dtype) - taus[j] * np.outer(v, v.conj())
-        q = q @ h if lower else h @ q
-    return q
 
 
 def check_identities(a, h, out, dtype, assert_close):

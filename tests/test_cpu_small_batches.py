@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ferrax
-from helpers import aligned_columns
+from helpers import aligned_columns, reflector_product
 
 BATCH = 37  # several full groups of eight per thread's chunk, and a partial one
 
@@ -156,3 +156,27 @@ def test_eigh_batches_match_stock(n, lower, dtype, random_matrix, assert_close):
                  kind="reconstruct")
     # The infinite one, as LAPACK: eigenvectors the identity.
     np.testing.assert_array_equal(v[29], np.eye(n, dtype=dtype))
+
+
+@pytest.mark.parametrize("lower", [True, False], ids=["lower", "upper"])
+@pytest.mark.parametrize("n", [33, 64, 65, 128, 129])
+def test_tridiagonal_mid_sizes_match_stock(n, lower, dtype, random_matrix, assert_close):
+    # Above ferrax's Rust reduction (up to 32), through LAPACK's blocked ?sytrd (n > 32, its
+    # crossover) with ferrax's batch split: d, e and taus as stock's, to rounding.
+    a = random_matrix((3, n, n), dtype)
+    a = ((a + np.conj(np.swapaxes(a, -1, -2))) / 2).astype(dtype)
+    a[1] = np.diag(np.arange(n, 0, -1)).astype(dtype)  # already tridiagonal: no reflection
+    fn = lambda x: jax.lax.linalg.tridiagonal(x, lower=lower)
+    stock, (x, d, e, taus) = _stock_and_ferrax(fn, a, target="ferrax_sytrd")
+    scale = np.abs(a).max()
+    tol = {"float32": 5e-5, "float64": 1e-13}[np.finfo(dtype).dtype.name] * n
+    for ours, theirs in zip((d, e, taus), stock[1:]):
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=tol * max(scale, 1))
+    np.testing.assert_array_equal(d[1], np.arange(n, 0, -1))
+    np.testing.assert_array_equal(taus[1], 0)
+    t = (np.apply_along_axis(np.diag, -1, d)
+         + np.apply_along_axis(lambda e: np.diag(e, -1) + np.diag(e, 1), -1, e)).astype(dtype)
+    hermitian = _hermitian_from_triangle(a, lower)
+    for b in range(3):
+        q = reflector_product(x[b], taus[b], lower)
+        assert_close(q @ t[b] @ np.conj(q.T), hermitian[b], dtype, kind="reconstruct")
