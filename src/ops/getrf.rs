@@ -7,8 +7,8 @@ use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, Thre
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    by_lanes, for_each_chunk, gpu_in_place, gpu_scalar_kind, in_column_major, lapack_dim,
-    routine, small_matrix_launch, InPlace, Layout, SharedMut,
+    by_lanes, for_each_chunk, gpu_in_place, gpu_scalar_kind, in_column_major, lapack_dim, routine,
+    small_matrix_launch, InPlace, Layout, SharedMut,
 };
 use ferrax_cpu_fallback::Lapack;
 use ferrax_kernels::small::lanes::{self, LANES};
@@ -29,17 +29,7 @@ ffi_handler! {
     ret ipiv: Buffer;
     ret info: Buffer;
     traits = 0;
-    body = getrf_cpu;
-}
-
-fn getrf_cpu(
-    pool: ThreadPool<'_>,
-    a: Buffer<'_>,
-    lu: Buffer<'_>,
-    ipiv: Buffer<'_>,
-    info: Buffer<'_>,
-) -> Result<()> {
-    dispatch_lapack!(a, getrf_typed(pool, a, lu, ipiv, info, Layout::ColumnMajor))
+    body = getrf_cpu::<false>;
 }
 
 ffi_handler! {
@@ -51,17 +41,22 @@ ffi_handler! {
     ret ipiv: Buffer;
     ret info: Buffer;
     traits = 0;
-    body = getrf_cpu_row_major;
+    body = getrf_cpu::<true>;
 }
 
-fn getrf_cpu_row_major(
+fn getrf_cpu<const ROW_MAJOR: bool>(
     pool: ThreadPool<'_>,
     a: Buffer<'_>,
     lu: Buffer<'_>,
     ipiv: Buffer<'_>,
     info: Buffer<'_>,
 ) -> Result<()> {
-    dispatch_lapack!(a, getrf_typed(pool, a, lu, ipiv, info, Layout::RowMajor))
+    let layout = if ROW_MAJOR {
+        Layout::RowMajor
+    } else {
+        Layout::ColumnMajor
+    };
+    dispatch_lapack!(a, getrf_typed(pool, a, lu, ipiv, info, layout))
 }
 
 /// Room for one matrix's column-major copy, which only row-major matrices need.

@@ -764,7 +764,10 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
                 "getrf {m}x{n} {layout:?}"
             );
             for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
-                assert!(x.same(*y), "getrf {m}x{n} {layout:?}: element {e}: {x:?} != {y:?}");
+                assert!(
+                    x.same(*y),
+                    "getrf {m}x{n} {layout:?}: element {e}: {x:?} != {y:?}"
+                );
             }
         }
 
