@@ -213,6 +213,31 @@ def test_singular_ill_conditioned_and_nan(compare, dtype):
         assert not np.isfinite(x[0]).all() and not np.isfinite(x[3]).all()
 
 
+@pytest.mark.parametrize("k", [9, 16, 24, 25])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_single_right_hand_side(compare, dtype, k):
+    """One right-hand side, either side, every triangle/transpose/diagonal: ferrax solves it
+    in Rust up to order 24 (SINGLE_RHS_MAX), with BLAS above; a singular and a NaN matrix."""
+    rng = np.random.default_rng()
+    a = triangular(rng, (4,), k, dtype)
+    a[0, k // 2, k // 2] = 0
+    a[1, k - 1, 0] = np.nan
+    column, row = rand(rng, (4, k, 1), dtype), rand(rng, (4, 1, k), dtype)
+    variants = list(itertools.product([True, False], repeat=4))
+
+    def fn(a, column, row):
+        return [triangular_solve(a, column if left else row, left_side=left, lower=lower,
+                                 transpose_a=transpose, unit_diagonal=unit)
+                for left, lower, transpose, unit in variants]
+
+    stock, ours = compare(fn, a, column, row)
+    assert_same(stock, ours)
+    for (left, lower, transpose, unit), x in zip(variants, ours):
+        t = op(a[2:], lower, int(transpose), unit)
+        b = (column if left else row)[2:]
+        assert_solves(t @ x[2:] if left else x[2:] @ t, b, dtype)
+
+
 @pytest.mark.parametrize("left", [True, False])
 @pytest.mark.parametrize(
     "batch,k,other",
