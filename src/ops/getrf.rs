@@ -108,7 +108,7 @@ fn getrf_typed<T: NativeType + Lapack + Scalar>(
     let matrix_len = shape.matrix_len();
     let (rows, cols) = (shape.rows, shape.cols);
     let flops = (rows * cols * k.max(1)).max(1);
-    // SAFETY (both closures): the slices cover exactly `count` matrices, pivots and infos from
+    // SAFETY: the slices cover exactly `count` matrices, pivots and infos from
     // `first`, items of the calling task, which it alone writes.
     let matrices = |first: usize, count: usize| unsafe {
         (
