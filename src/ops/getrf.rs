@@ -7,7 +7,7 @@ use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, Thre
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    by_lanes, for_each_chunk, gpu_in_place, gpu_scalar_kind, in_column_major, lapack_dim, routine,
+    by_lanes, for_each_chunk, gpu_in_place, gpu_scalar_kind, lapack_dim, routine,
     small_matrix_launch, InPlace, Layout, SharedMut,
 };
 use ferrax_cpu_fallback::Lapack;
@@ -59,14 +59,6 @@ fn getrf_cpu<const ROW_MAJOR: bool>(
     dispatch_lapack!(a, getrf_typed(pool, a, lu, ipiv, info, layout))
 }
 
-/// Room for one matrix's column-major copy, which only row-major matrices need.
-fn row_major_scratch<T: Scalar>(layout: Layout, matrix_len: usize) -> Vec<T> {
-    match layout {
-        Layout::RowMajor => vec![T::ZERO; matrix_len],
-        Layout::ColumnMajor => Vec::new(),
-    }
-}
-
 /// Checks the pivot and info results against `a [..., m, n]` and returns its shape.
 fn expect_shapes(a: &Buffer<'_>, ipiv: &Buffer<'_>, info: &Buffer<'_>) -> Result<MatrixBatch> {
     let shape = MatrixBatch::of(a)?;
@@ -108,45 +100,53 @@ fn getrf_typed<T: NativeType + Lapack + Scalar>(
     let matrix_len = shape.matrix_len();
     let (rows, cols) = (shape.rows, shape.cols);
     let flops = (rows * cols * k.max(1)).max(1);
-    // SAFETY: the slices cover exactly `count` matrices, pivots and infos from
-    // `first`, items of the calling task, which it alone writes.
-    let matrices = |first: usize, count: usize| unsafe {
-        (
-            input.load(first * matrix_len, count * matrix_len),
-            ipiv.slice(first * k, count * k),
-            info.slice(first, count),
-        )
+    // SAFETY: the slices cover exactly `count` pivots and infos from `first`, items of the
+    // calling task, which it alone writes.
+    let pivots = |first: usize, count: usize| unsafe {
+        (ipiv.slice(first * k, count * k), info.slice(first, count))
     };
     if rows.max(cols) <= CPU_SMALL_MAX {
         return for_each_chunk(&pool, shape.batch, flops, &|range| {
             let mut scratch = vec![<T as Scalar>::ZERO; LANES * matrix_len];
-            let mut transposed = row_major_scratch::<T>(layout, matrix_len);
+            let mut transposed = Vec::new();
             by_lanes(
                 range,
                 |first| {
-                    let (a, p, info) = matrices(first, LANES);
+                    // SAFETY: matrices of this task, which it alone writes.
+                    let a = unsafe { input.load(first * matrix_len, LANES * matrix_len) };
+                    let (p, info) = pivots(first, LANES);
                     let info = info.try_into().expect("LANES infos");
                     lanes::getf2(a, rows, cols, layout, p, info, &mut scratch);
                 },
                 |b| {
-                    let (a, p, info) = matrices(b, 1);
-                    info[0] = in_column_major(a, rows, cols, layout, &mut transposed, |a| {
-                        getf2(a, rows, cols, rows.max(1), p)
-                    });
+                    let (p, info) = pivots(b, 1);
+                    // SAFETY: matrix `b`, which this task alone writes.
+                    info[0] = unsafe {
+                        input.column_major(
+                            b * matrix_len,
+                            rows,
+                            cols,
+                            layout,
+                            &mut transposed,
+                            |a| getf2(a, rows, cols, rows.max(1), p),
+                        )
+                    };
                 },
             );
             Ok(())
         });
     }
     for_each_chunk(&pool, shape.batch, flops, &|range| {
-        let mut transposed = row_major_scratch::<T>(layout, matrix_len);
+        let mut transposed = Vec::new();
         for b in range {
-            let (a, p, info) = matrices(b, 1);
-            in_column_major(a, rows, cols, layout, &mut transposed, |a| {
-                // SAFETY: LAPACK reads and writes exactly `lda * n` elements of `a`,
-                // `min(m, n)` pivots and one info.
-                unsafe { getrf(&m, &n, a.as_mut_ptr(), &lda, p.as_mut_ptr(), &mut info[0]) }
-            });
+            let (p, info) = pivots(b, 1);
+            // SAFETY: matrix `b`, which this task alone writes; LAPACK reads and writes exactly
+            // `lda * n` elements of it, `min(m, n)` pivots and one info.
+            unsafe {
+                input.column_major(b * matrix_len, rows, cols, layout, &mut transposed, |a| {
+                    getrf(&m, &n, a.as_mut_ptr(), &lda, p.as_mut_ptr(), &mut info[0])
+                })
+            };
         }
         Ok(())
     })

@@ -144,27 +144,39 @@ impl<T: NativeType> InPlace<T> {
         }
         part
     }
-}
 
-/// Runs `f` on `a`, a `rows×cols` matrix in `layout`, as a column-major matrix (leading
-/// dimension `rows`): in place, or for a row-major one on its transpose copied into `scratch`
-/// and copied back after.
-pub(crate) fn in_column_major<T: Copy, R>(
-    a: &mut [T],
-    rows: usize,
-    cols: usize,
-    layout: Layout,
-    scratch: &mut [T],
-    f: impl FnOnce(&mut [T]) -> R,
-) -> R {
-    if layout == Layout::ColumnMajor {
-        return f(a);
+    /// Runs `f` on the `rows×cols` matrix at element `start`, stored in `layout`, as a
+    /// column-major matrix (leading dimension `rows`) that becomes the result's: in place for a
+    /// column-major one ([`InPlace::load`]); a row-major one is read transposed into `scratch`
+    /// (grown as needed) and written back transposed.
+    ///
+    /// # Safety
+    /// As [`InPlace::load`].
+    pub unsafe fn column_major<R>(
+        &self,
+        start: usize,
+        rows: usize,
+        cols: usize,
+        layout: Layout,
+        scratch: &mut Vec<T>,
+        f: impl FnOnce(&mut [T]) -> R,
+    ) -> R {
+        let len = rows * cols;
+        if layout == Layout::ColumnMajor {
+            return f(self.load(start, len));
+        }
+        // Where XLA aliased the two, this reads the result's own elements, before writing them.
+        let argument = std::slice::from_raw_parts(self.input.add(start), len);
+        if scratch.len() < len {
+            // Any values: the transpose overwrites them.
+            scratch.extend_from_slice(&argument[scratch.len()..]);
+        }
+        let column_major = &mut scratch[..len];
+        transpose(argument, rows, cols, column_major);
+        let result = f(column_major);
+        transpose(column_major, cols, rows, self.output.slice(start, len));
+        result
     }
-    let column_major = &mut scratch[..rows * cols];
-    transpose(a, rows, cols, column_major);
-    let result = f(column_major);
-    transpose(column_major, cols, rows, a);
-    result
 }
 
 /// `dst[j·rows + i] = src[i·cols + j]`: the row-major `rows×cols` matrix `src` into `dst`
