@@ -36,6 +36,7 @@ def _calls(rng, dtype, b, m, n):
         ("ferrax_getrf_row_major", [mat(b, m, n)],
          [S((b, m, n), dtype), S((b, k), I32), S((b,), I32)], {}),
         ("ferrax_potrf", [mat(b, n, n)], [S((b, n, n), dtype), S((b,), I32)], {"uplo": char("L")}),
+        ("ferrax_cholesky", [mat(b, n, n)], [S((b, n, n), dtype)], {"symmetrize_input": True}),
         ("ferrax_trsm", [mat(b, n, n), mat(b, n, 3)], [S((b, n, 3), dtype)],
          {"side": char("L"), "uplo": char("L"), "trans_x": char("N"), "diag": char("N")}),
         ("ferrax_geqrf", [mat(b, m, n)], [S((b, m, n), dtype), S((b, k), dtype)], {}),

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src.lax import linalg as lax_linalg
 
 import ferrax
 from helpers import aligned_columns, reflector_product
@@ -56,15 +57,24 @@ def _hermitian_positive_definite(random_matrix, shape, dtype):
     return (x @ np.conj(np.swapaxes(x, -1, -2)) + n * np.eye(n)).astype(dtype)
 
 
+#: jax's cholesky without symmetrization, as ferrax.install() lowers it (one ferrax_cholesky
+#: call, row-major, LAPACK's upper factor) and its primitive alone (ferrax_potrf, as for
+#: matrices past CPU_FUSED_CHOLESKY_MAX).
+_CHOLESKY_ROUTES = {
+    "ferrax_cholesky": lambda a: jax.lax.linalg.cholesky(a, symmetrize_input=False),
+    "ferrax_potrf": lambda a: jnp.tril(lax_linalg.cholesky_p.bind(a)),
+}
+
+
+@pytest.mark.parametrize("target", _CHOLESKY_ROUTES)
 @pytest.mark.parametrize("n", [1, 4, 8, 16])
-def test_cholesky_batches_match_stock(n, dtype, random_matrix, assert_close):
+def test_cholesky_batches_match_stock(n, target, dtype, random_matrix, assert_close):
     a = _hermitian_positive_definite(random_matrix, (BATCH, n, n), dtype)
     failing = {3: 0, 9: n // 2, 10: n - 1, 26: n - 1}  # matrix -> first non-positive pivot
     for b, j in failing.items():
         a[b, j, j] = -1
     a[30, n - 1, 0] = np.nan
-    fn = lambda a: jax.lax.linalg.cholesky(a, symmetrize_input=False)
-    stock, got = _stock_and_ferrax(fn, a, target="ferrax_potrf")
+    stock, got = _stock_and_ferrax(_CHOLESKY_ROUTES[target], a, target=target)
     # A NaN reaching a pivot stops LAPACK's reference xPOTF2, and ferrax, with info > 0, so jax
     # returns NaN for the whole factor; OpenBLAS's potrf does not test for NaN and returns the
     # rows it reaches as NaN. Both NaN wherever stock is.

@@ -12,7 +12,8 @@ from jax import export
 
 import ferrax
 
-TARGETS = ("ferrax_getrf", "ferrax_lu_pivots_to_permutation", "ferrax_threefry2x32")
+TARGETS = ("ferrax_getrf", "ferrax_lu_pivots_to_permutation", "ferrax_threefry2x32",
+           "ferrax_cholesky")
 
 # Exported.serialize() needs the optional 'flatbuffers' package (not a jax dependency).
 needs_flatbuffers = pytest.mark.skipif(importlib.util.find_spec("flatbuffers") is None,
@@ -24,6 +25,7 @@ def _program(a, b, key_data):
     return {
         "det": jnp.linalg.det(a),
         "solve": jnp.linalg.solve(a, b),
+        "cho_solve": jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(a @ a.T), b),
         "bits": jax.random.bits(key, (33,)),
         "normal": jax.random.normal(key, (2, 5)),
     }

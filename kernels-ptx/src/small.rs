@@ -55,6 +55,8 @@ pub trait Real:
     const ONE: Self;
     const INFINITY: Self;
     const NEG_INFINITY: Self;
+    /// The quiet NaN with the sign bit clear (what `0/0` is not on x86: its NaN is negative).
+    const NAN: Self;
     /// LAPACK's `xLAMCH('S')`: the smallest normal number.
     const SAFE_MIN: Self;
     /// An exact power of two that lifts values below `SAFE_MIN` far enough that their squares
@@ -92,6 +94,7 @@ macro_rules! real {
             const ONE: Self = 1.0;
             const INFINITY: Self = $t::INFINITY;
             const NEG_INFINITY: Self = $t::NEG_INFINITY;
+            const NAN: Self = $t::NAN;
             const SAFE_MIN: Self = $t::MIN_POSITIVE;
             const UNDERFLOW_LIFT: Self = $lift;
             #[inline(always)]

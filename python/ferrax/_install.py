@@ -10,7 +10,10 @@ attributes, layouts, ``info``), so redirecting that name is all it takes, and ja
 post-processing (pivot offsets, NaN where ``info`` fails) stays exactly as it is. Two rules are
 ferrax's own, both to spare XLA's transposing passes over the batch around the call (serial
 code next to the parallel kernels): triangular_solve calls jax's with transposed operands (see
-``_triangular_solve_cpu``), and lu calls a row-major getrf (``_lu_cpu``).
+``_triangular_solve_cpu``), and lu calls a row-major getrf (``_lu_cpu``). jax's ``cholesky``
+symmetrizes and takes ``tril`` outside its primitive, so the function itself is replaced (in
+``jax._src.lax.linalg``, through which jnp.linalg and jax.scipy.linalg call it, and in
+``jax.lax.linalg``) by ``ferrax.linalg.cholesky``, one call for all of it.
 
 jax's CPU sparse lowering names its target itself: ``_csr_spmm_cpu_lowering`` in
 ``jax.experimental.sparse._lowerings``, registered for ``csr_spmv_p``/``csr_spmm_p`` and looked up
@@ -245,7 +248,12 @@ def _routes():
 
 def _module_routes():
     """(module, attribute, replacement) for lowering rules that jax calls through a module."""
-    return [(sparse_lowerings, "_csr_spmm_cpu_lowering", _csr_spmm_cpu_lowering)]
+    return [(sparse_lowerings, "_csr_spmm_cpu_lowering", _csr_spmm_cpu_lowering),
+            # jnp.linalg / jax.scipy.linalg call jax's cholesky through its module; its
+            # symmetrize and tril are XLA passes outside cholesky_p, which ferrax's does in
+            # the call (see ferrax.linalg.cholesky).
+            (lax_linalg, "cholesky", linalg.cholesky),
+            (jax.lax.linalg, "cholesky", linalg.cholesky)]
 
 
 def install() -> None:

@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax._src import core, dispatch, dtypes
+from jax._src.lax import linalg as lax_linalg
 from jax._src.random import threefry2x32 as jax_threefry
-from jax._src.interpreters import batching, mlir
+from jax._src.interpreters import ad, batching, mlir
 
 from ferrax._lowering import batched_ffi_lowering
 
@@ -24,6 +25,7 @@ LU_PIVOTS_TO_PERMUTATION = "ferrax_lu_pivots_to_permutation"
 THREEFRY2X32 = "ferrax_threefry2x32"
 THREEFRY2X32_BITS = "ferrax_threefry2x32_bits"
 CHOLESKY_UPDATE = "ferrax_cholesky_update"
+CHOLESKY = "ferrax_cholesky"
 
 LAPACK_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 
@@ -178,3 +180,55 @@ cholesky_update_p = _primitive(
     {"cpu": mlir.lower_fun(_cholesky_update_reference, multiple_results=True),
      "cuda": batched_ffi_lowering(CHOLESKY_UPDATE, num_non_batch_dims=2, column_major=False,
                                   operand_output_aliases={0: 0, 1: 1})})
+
+
+#: jax's own ``cholesky`` (symmetrize, ``cholesky_p``, ``tril``), kept before ``install()``
+#: points jax's name at ferrax's.
+_jax_cholesky = lax_linalg.cholesky
+
+#: Up to this order the CPU lowering of :data:`cholesky_p` is one ``ferrax_cholesky`` call;
+#: larger matrices take jax's steps (the factorization outweighs XLA's passes there, and XLA
+#: spreads its passes over the cores where one big matrix would leave them to one task).
+CPU_FUSED_CHOLESKY_MAX = 128
+
+
+def _cholesky_abstract_eval(a, *, symmetrize_input):
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"{CHOLESKY}: expected a batch of square matrices [..., n, n], "
+                         f"got shape {a.shape}")
+    if dtypes.dtype(a.dtype) not in LAPACK_DTYPES:  # as jax's cholesky_p
+        raise TypeError(f"{CHOLESKY}: expected float32, float64, complex64 or complex128, "
+                        f"got {a.dtype}")
+    return core.ShapedArray(a.shape, a.dtype)
+
+
+def _cholesky_reference(a, *, symmetrize_input):
+    return _jax_cholesky(a, symmetrize_input=symmetrize_input)
+
+
+_cholesky_reference_lowering = mlir.lower_fun(_cholesky_reference, multiple_results=False)
+_cholesky_fused_lowering = batched_ffi_lowering(CHOLESKY, num_non_batch_dims=2,
+                                                column_major=False)
+
+
+def _cholesky_cpu_lowering(ctx, a, *, symmetrize_input):
+    aval, = ctx.avals_in
+    n = aval.shape[-1]
+    if core.is_constant_dim(n) and n <= CPU_FUSED_CHOLESKY_MAX:
+        return _cholesky_fused_lowering(ctx, a, symmetrize_input=symmetrize_input)
+    return _cholesky_reference_lowering(ctx, a, symmetrize_input=symmetrize_input)
+
+
+def _cholesky_jvp(primals, tangents, *, symmetrize_input):
+    # jax's rule, through jax's own function (it differs between jax versions).
+    tangent = ad.instantiate_zeros(tangents[0])
+    return jax.jvp(partial(_jax_cholesky, symmetrize_input=symmetrize_input), primals, (tangent,))
+
+
+#: jax's ``cholesky(a, symmetrize_input=...)`` as one primitive: the lower factor of
+#: ``(a + aᴴ)/2`` (or of ``a``'s lower triangle) with zeros above, NaN below where the
+#: factorization fails. On CPU one ``ferrax_cholesky`` call; elsewhere jax's own steps.
+cholesky_p = _primitive(CHOLESKY, _cholesky_abstract_eval, {"cpu": _cholesky_cpu_lowering},
+                        multiple_results=False)
+mlir.register_lowering(cholesky_p, _cholesky_reference_lowering)
+ad.primitive_jvps[cholesky_p] = _cholesky_jvp

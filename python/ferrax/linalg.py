@@ -1,17 +1,32 @@
 """Explicit linear-algebra functions on ferrax kernels (whether or not ``install()`` ran).
 
 They accept leading batch dimensions and work under ``jit`` and ``vmap``; for automatic
-differentiation use jax's own functions after ``ferrax.install()``, which keep jax's rules.
+differentiation use jax's own functions after ``ferrax.install()``, which keep jax's rules
+(``cholesky`` has them too: it is what ``install()`` makes of jax's ``cholesky``).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
-from ferrax._primitives import cholesky_update_p, getrf_p, lu_pivots_to_permutation_p
+from ferrax._primitives import (cholesky_p, cholesky_update_p, getrf_p,
+                                lu_pivots_to_permutation_p)
 from ferrax._registry import register
 
-__all__ = ["cholesky_update", "getrf", "lu", "lu_pivots_to_permutation"]
+__all__ = ["cholesky", "cholesky_update", "getrf", "lu", "lu_pivots_to_permutation"]
+
+
+def cholesky(x, *, symmetrize_input: bool = True):
+    """:func:`jax.lax.linalg.cholesky`, same signature and results: the lower factor ``L``
+    (``A = L·Lᴴ``) of ``(x + xᴴ)/2``, or of ``x``'s lower triangle when ``symmetrize_input``
+    is false; NaN below a zero upper triangle where ``A`` is not positive definite. On CPU
+    one ferrax call per batch (up to 128×128); elsewhere jax's own steps."""
+    register()
+    x = jnp.asarray(x)
+    if symmetrize_input:  # jax's symmetrize divides by 2, which makes integers floats
+        x = x.astype(jax.eval_shape(lambda x: x / 2, x).dtype)
+    return cholesky_p.bind(x, symmetrize_input=bool(symmetrize_input))
 
 
 def cholesky_update(r, w):

@@ -44,6 +44,11 @@ targets!(
         ops::getrf::ferrax_cpu_getrf_row_major
     ),
     (ops::potrf::TARGET, "cpu", ops::potrf::ferrax_cpu_potrf),
+    (
+        ops::potrf::FUSED_TARGET,
+        "cpu",
+        ops::potrf::ferrax_cpu_cholesky
+    ),
     (ops::trsm::TARGET, "cpu", ops::trsm::ferrax_cpu_trsm),
     (ops::qr::GEQRF_TARGET, "cpu", ops::qr::ferrax_cpu_geqrf),
     (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),

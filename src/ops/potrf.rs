@@ -8,13 +8,14 @@ use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, Thre
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    by_lanes, char_attr, for_each_chunk, for_each_parallel, gpu_in_place, gpu_scalar_kind,
-    lapack_dim, routine, small_matrix_launch, SharedMut,
+    by_lanes, char_attr, for_each_chunk, gpu_in_place, gpu_scalar_kind, lapack_dim, routine,
+    small_matrix_launch, SharedMut,
 };
-use ferrax_cpu_fallback::Lapack;
+use ferrax_cpu_fallback::{Lapack, Potrf};
 use ferrax_kernels::small::lanes::{self, LANES};
-use ferrax_kernels::small::{potf2, Scalar};
+use ferrax_kernels::small::{potf2, Real, Scalar};
 use std::ffi::{c_char, CStr};
+use std::ops::Range;
 
 pub const TARGET: &CStr = c"ferrax_potrf";
 
@@ -63,7 +64,6 @@ fn potrf_typed<T: NativeType + Lapack + Scalar>(
 ) -> Result<()> {
     let shape = expect_shapes(&a, &info)?;
     let n = lapack_dim(&a, shape.rows)?;
-    let lda = n.max(1);
     a.copy_into(&factor)?;
     if shape.batch == 0 {
         return Ok(());
@@ -72,39 +72,164 @@ fn potrf_typed<T: NativeType + Lapack + Scalar>(
     // SAFETY: `a` is no longer read; the results are distinct buffers.
     let (factor, info) = unsafe { (factor.as_mut_slice::<T>()?, info.as_mut_slice::<i32>()?) };
     let (factor, info) = (SharedMut(factor.as_mut_ptr()), SharedMut(info.as_mut_ptr()));
-    let matrix_len = shape.matrix_len();
-    let flops = (shape.rows.pow(3) / 3).max(1);
     let lower = uplo == b'L' as c_char;
-    if shape.rows <= CPU_SMALL_MAX {
-        let order = shape.rows;
-        return for_each_chunk(&pool, shape.batch, flops, &|range| {
-            // SAFETY: the slices cover exactly `count` matrices and infos from `first`, items of
-            // this chunk, which this task alone writes.
-            let matrices = |first: usize, count: usize| unsafe {
-                (
-                    factor.slice(first * matrix_len, count * matrix_len),
-                    info.slice(first, count),
-                )
-            };
-            let one = |b: usize| {
-                let (a, info) = matrices(b, 1);
-                info[0] = potf2(a, order, order.max(1), lower);
-            };
-            let mut scratch = vec![<T as Scalar>::ZERO; LANES * matrix_len];
-            let group = |first: usize| {
-                let (a, info) = matrices(first, LANES);
-                let info = info.try_into().expect("LANES infos");
-                lanes::potf2(a, order, lower, info, &mut scratch);
-            };
-            by_lanes(range, group, one);
-            Ok(())
-        });
-    }
-    for_each_parallel(&pool, shape.batch, flops, &|b| {
-        // SAFETY: matrix `b` and its info are written by this task alone.
-        unsafe { potrf(&uplo, &n, factor.at(b * matrix_len), &lda, info.at(b)) };
+    for_each_chunk(&pool, shape.batch, cholesky_flops(shape), &|range| {
+        // SAFETY: info `b` belongs to matrix `b`, which only this task factors.
+        let done = |b: usize, status: i32| unsafe { *info.at(b) = status };
+        factor_range(potrf, factor, n, lower, range, &|_, _| {}, &done);
         Ok(())
     })
+}
+
+fn cholesky_flops(shape: MatrixBatch) -> usize {
+    (shape.rows.pow(3) / 3).max(1)
+}
+
+/// Factors matrices `range` of the batch of column-major `n×n` matrices at `matrices` in place,
+/// in their `lower` or upper triangle, and hands each one's `info` to `done(b, info)`;
+/// `prepare(first, count)` fills matrices `first..first + count` right before they are
+/// factored (while they are in cache).
+fn factor_range<T: Lapack + Scalar>(
+    potrf: Potrf<T>,
+    matrices: SharedMut<T>,
+    n: i32,
+    lower: bool,
+    range: Range<usize>,
+    prepare: &dyn Fn(usize, usize),
+    done: &dyn Fn(usize, i32),
+) {
+    let order = n as usize;
+    let matrix_len = order * order;
+    // SAFETY (both closures): the range's matrices belong to the calling task alone.
+    let slice = |first: usize, count: usize| unsafe {
+        matrices.slice(first * matrix_len, count * matrix_len)
+    };
+    let uplo = if lower { b'L' } else { b'U' } as c_char;
+    let one = |b: usize| {
+        prepare(b, 1);
+        let a = slice(b, 1);
+        let status = if order <= CPU_SMALL_MAX {
+            potf2(a, order, order.max(1), lower)
+        } else {
+            let mut info = 0;
+            // SAFETY: LAPACK reads and writes the n×n matrix `a` (leading dimension n) and info.
+            unsafe { potrf(&uplo, &n, a.as_mut_ptr(), &n.max(1), &mut info) };
+            info
+        };
+        done(b, status);
+    };
+    if order > CPU_SMALL_MAX {
+        return range.for_each(one);
+    }
+    let mut scratch = vec![<T as Scalar>::ZERO; LANES * matrix_len];
+    let group = |first: usize| {
+        prepare(first, LANES);
+        let mut info = [0; LANES];
+        lanes::potf2(slice(first, LANES), order, lower, &mut info, &mut scratch);
+        (0..LANES).for_each(|lane| done(first + lane, info[lane]));
+    };
+    by_lanes(range, group, one);
+}
+
+/// jax's `cholesky(x, symmetrize_input)` in one call: `tril(L)` of `(x + xᴴ)/2` (or of `x`'s
+/// lower triangle), or a matrix of NaN below a zero upper triangle where it fails. jax's
+/// rule needs an XLA pass over the batch for each of those steps, plus a transposing copy
+/// each way for column-major LAPACK; this target reads jax's row-major matrices and writes
+/// the row-major factor, one matrix at a time in cache.
+pub const FUSED_TARGET: &CStr = c"ferrax_cholesky";
+
+ffi_handler! {
+    /// jax's whole `cholesky` on the host, batch split across XLA's thread pool.
+    pub fn ferrax_cpu_cholesky = FUSED_TARGET;
+    ctx pool: ThreadPool;
+    arg a: Buffer;
+    ret l: Buffer;
+    attr symmetrize_input: bool;
+    traits = 0;
+    body = cholesky_cpu;
+}
+
+fn cholesky_cpu(
+    pool: ThreadPool<'_>,
+    a: Buffer<'_>,
+    l: Buffer<'_>,
+    symmetrize_input: bool,
+) -> Result<()> {
+    dispatch_lapack!(a, cholesky_typed(pool, a, l, symmetrize_input))
+}
+
+fn cholesky_typed<T: NativeType + Lapack + Scalar>(
+    pool: ThreadPool<'_>,
+    a: Buffer<'_>,
+    l: Buffer<'_>,
+    symmetrize_input: bool,
+) -> Result<()> {
+    let shape = MatrixBatch::square(&a)?;
+    a.expect_dtype(T::DTYPE)?;
+    l.expect_dtype(T::DTYPE)?;
+    l.expect_dims(a.dims())?;
+    let n = lapack_dim(&a, shape.rows)?;
+    if shape.batch == 0 || n == 0 {
+        return Ok(());
+    }
+    let potrf = routine(T::potrf())?;
+    let (x, out) = (
+        SharedMut(a.data_ptr().cast::<T>()),
+        SharedMut(l.data_ptr().cast::<T>()),
+    );
+    let (order, matrix_len) = (shape.rows, shape.matrix_len());
+    // A row-major Hermitian A, read column-major, is Aᵀ = conj(A) = (Lᵀ)ᴴ·Lᵀ: LAPACK's upper
+    // factor of the row-major lower triangle is Lᵀ, which read row-major is L itself.
+    let prepare = |first: usize, count: usize| {
+        for b in first..first + count {
+            // SAFETY: matrix `b` of the argument, which no task writes, and of the result,
+            // which only this task writes (XLA does not alias them: the lowering asks for none).
+            let (x, out) = unsafe {
+                (
+                    &*x.slice(b * matrix_len, matrix_len),
+                    out.slice(b * matrix_len, matrix_len),
+                )
+            };
+            lower_triangle(x, out, order, symmetrize_input);
+        }
+    };
+    let done = |b: usize, status: i32| {
+        if status != 0 {
+            // SAFETY: as in `prepare`.
+            let out = unsafe { out.slice(b * matrix_len, matrix_len) };
+            failed(out, order);
+        }
+    };
+    for_each_chunk(&pool, shape.batch, cholesky_flops(shape), &|range| {
+        factor_range(potrf, out, n, false, range, &prepare, &done);
+        Ok(())
+    })
+}
+
+/// Writes the lower triangle of `(x + xᴴ)/2` (or of `x`) to `out` and zeros above it, both
+/// row-major `n×n`: jax's `symmetrize`, element for element.
+fn lower_triangle<T: Scalar>(x: &[T], out: &mut [T], n: usize, symmetrize: bool) {
+    let half = <T::Real as Real>::ONE / (<T::Real as Real>::ONE + <T::Real as Real>::ONE);
+    for (i, row) in out.chunks_exact_mut(n).enumerate() {
+        let (lower, upper) = row.split_at_mut(i + 1);
+        for (j, element) in lower.iter_mut().enumerate() {
+            *element = if symmetrize {
+                (x[i * n + j] + x[j * n + i].conj()).scale(half)
+            } else {
+                x[i * n + j]
+            };
+        }
+        upper.fill(T::ZERO);
+    }
+}
+
+/// jax's result where the factorization fails: NaN on and below the diagonal, zeros above.
+fn failed<T: Scalar>(out: &mut [T], n: usize) {
+    for (i, row) in out.chunks_exact_mut(n).enumerate() {
+        let (lower, upper) = row.split_at_mut(i + 1);
+        lower.fill(T::from_real(<T::Real as Real>::NAN));
+        upper.fill(T::ZERO);
+    }
 }
 
 ffi_handler! {
