@@ -40,6 +40,8 @@ def _calls(rng, dtype, b, m, n):
         ("ferrax_trsm", [mat(b, n, n), mat(b, n, 3)], [S((b, n, 3), dtype)],
          {"side": char("L"), "uplo": char("L"), "trans_x": char("N"), "diag": char("N")}),
         ("ferrax_geqrf", [mat(b, m, n)], [S((b, m, n), dtype), S((b, k), dtype)], {}),
+        ("ferrax_qr", [mat(b, m, n)], [S((b, m, m), dtype), S((b, m, n), dtype)],
+         {"full_matrices": True}),
         ("ferrax_orgqr", [mat(b, m, n), mat(b, k)], [S((b, m, n), dtype)], {}),
         ("ferrax_ormqr", [mat(b, m, k), mat(b, k), mat(b, m, 3)], [S((b, m, 3), dtype)],
          {"left": True, "transpose": False}),

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from jax._src.lax import linalg as lax_linalg
 from jax._src.lax.linalg import geqrf  # jax.lax.linalg does not export it
 
 jax.config.update("jax_enable_x64", True)
@@ -18,7 +19,7 @@ from helpers import assert_matches_stock, assert_same, run  # noqa: E402
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 BATCHES = [(), (3,), (2, 2)]
 SHAPES = [(4, 4), (6, 3), (3, 6)]  # square, tall, wide
-TARGETS = ("ferrax_geqrf", "ferrax_orgqr")
+TARGETS = ("ferrax_geqrf", "ferrax_orgqr", "ferrax_qr")
 
 
 @pytest.fixture
@@ -93,6 +94,32 @@ def test_matches_stock_jax(install, dtype):
         check_identities(a, ours[key])
 
 
+@pytest.mark.parametrize("full_matrices", [True, False], ids=["full", "reduced"])
+@pytest.mark.parametrize("shape", [(17, 17), (40, 23), (23, 40), (8, 33), (33, 8), (128, 128),
+                                   (129, 7)], ids=lambda s: "x".join(map(str, s)))
+def test_one_call_qr_is_the_separate_targets_bit_for_bit(install, shape, full_matrices, dtype):
+    """ferrax_qr (jax's qr up to 128×128 in one call, on the Rust/LAPACK hand-over's both sides)
+    against jax's steps on ferrax_geqrf and ferrax_orgqr, and against stock jax."""
+    a = random_matrix((3,) + shape, dtype)
+    a[1] *= 1e-20  # tiny, regular
+    a[2, :, 0] = 0  # rank-deficient
+    fn = lambda a: lax.linalg.qr(a, full_matrices=full_matrices)
+    steps = lambda a: lax_linalg._qr_lowering(a, pivoting=False, full_matrices=full_matrices,
+                                              use_magma=None)
+    stock = run(fn, a)
+    install()
+    assert ("ferrax_qr" in jax.jit(fn).lower(a).as_text()) == (max(shape) <= 128)
+    assert "ferrax_qr" not in jax.jit(steps).lower(a).as_text()
+    ours, separate = run(fn, a), run(steps, a)
+    assert_same(ours, separate)
+    q, r = ours
+    assert_matches_stock(r, stock[1], tolerance(dtype))
+    tol = tolerance(dtype)
+    scale = np.abs(a).max(axis=(-2, -1), keepdims=True)
+    np.testing.assert_allclose(q @ r / scale, a / scale, rtol=tol, atol=tol * max(shape))
+    np.testing.assert_array_equal(np.tril(r, -1), 0)
+
+
 def test_hlo_names_ferrax_targets(install):
     a = random_matrix((5, 3), np.float64)
     c = random_matrix((5, 3), np.complex64)
@@ -113,7 +140,8 @@ def test_vmap_and_jit(install, dtype):
     install()
     ours = (run(fn, a), run(hh, a))
     assert_matches_stock(ours, stock, tolerance(dtype))
-    assert "ferrax_orgqr" in fn.lower(a).as_text()
+    assert "ferrax_qr" in fn.lower(a).as_text()
+    assert "ferrax_orgqr" in hh.lower(a).as_text()
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64], ids=lambda d: np.dtype(d).name)

@@ -61,7 +61,7 @@ _CHILD = """
 """
 
 # Installed jax functions run in the child, and the ferrax target each must call per device.
-LINALG = {"cholesky": "ferrax_cholesky", "triangular_solve": "ferrax_trsm", "qr": "ferrax_geqrf",
+LINALG = {"cholesky": "ferrax_cholesky", "triangular_solve": "ferrax_trsm", "qr": "ferrax_qr",
           "eigh": "ferrax_syevd", "svd": "ferrax_gesdd"}
 
 

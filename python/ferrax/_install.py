@@ -7,10 +7,11 @@ code runs on ferrax.
 jax's CPU linalg lowerings all name their LAPACK target through one function,
 ``jaxlib.lapack.prepare_lapack_call``; ferrax's CPU targets keep jaxlib's contract (operands,
 attributes, layouts, ``info``), so redirecting that name is all it takes, and jax's own
-post-processing (pivot offsets, NaN where ``info`` fails) stays exactly as it is. Two rules are
-ferrax's own, both to spare XLA's transposing passes over the batch around the call (serial
-code next to the parallel kernels): triangular_solve calls jax's with transposed operands (see
-``_triangular_solve_cpu``), and lu calls a row-major getrf (``_lu_cpu``). jax's ``cholesky``
+post-processing (pivot offsets, NaN where ``info`` fails) stays exactly as it is. Three rules
+are ferrax's own, all to spare XLA's passes over the batch around the calls (serial or
+memory-bound code next to the parallel kernels): triangular_solve calls jax's with transposed
+operands (see ``_triangular_solve_cpu``), lu calls a row-major getrf (``_lu_cpu``), and qr one
+call for all of jax's steps (``_qr_cpu``). jax's ``cholesky``
 symmetrizes and takes ``tril`` outside its primitive, so the function itself is replaced (in
 ``jax._src.lax.linalg``, through which jnp.linalg and jax.scipy.linalg call it, and in
 ``jax.lax.linalg``) by ``ferrax.linalg.cholesky``, one call for all of it.
@@ -168,6 +169,26 @@ def _lu_cpu(ctx, operand):
     return [lu, pivots, perm]
 
 
+_qr_fused = batched_ffi_lowering(_primitives.QR, num_non_batch_dims=2, column_major=False)
+_jax_qr_lowering = mlir.lower_fun(lax_linalg._qr_lowering)
+
+#: Up to this order the CPU qr (without pivoting) is one ferrax_qr call, which does per matrix
+#: in cache what jax's steps do in four XLA passes over the batch (jnp.linalg.qr, 2 cores,
+#: ~4 MB batches: 8.0-8.9 -> ~5 ms at n = 16-64).
+_FUSED_QR_MAX = 128
+
+
+def _qr_cpu(ctx, operand, *, pivoting, full_matrices, use_magma):
+    aval, = ctx.avals_in
+    m, n = aval.shape[-2:]
+    if (pivoting or not (core.is_constant_dim(m) and core.is_constant_dim(n))
+            or max(m, n) > _FUSED_QR_MAX
+            or np.dtype(aval.dtype) not in _primitives.LAPACK_DTYPES):
+        return _jax_qr_lowering(ctx, operand, pivoting=pivoting, full_matrices=full_matrices,
+                                use_magma=use_magma)
+    return _qr_fused(ctx, operand, full_matrices=full_matrices)
+
+
 def _cholesky_update(r, w):
     return linalg.cholesky_update(r, w)
 
@@ -238,6 +259,7 @@ def _routes():
         ("cuda", lax_linalg.cholesky_update_p,
          mlir.lower_fun(_cholesky_update, multiple_results=False)),
         ("cpu", lax_linalg.lu_p, _lu_cpu),
+        ("cpu", lax_linalg.qr_p, _qr_cpu),
         ("cpu", lax_linalg.triangular_solve_p, _triangular_solve_cpu),
         ("cpu", jax_threefry.threefry2x32_p, _threefry2x32_kernel),
         ("cpu", lax_linalg.tridiagonal_solve_p, _tridiagonal_solve),

@@ -26,6 +26,7 @@ THREEFRY2X32 = "ferrax_threefry2x32"
 THREEFRY2X32_BITS = "ferrax_threefry2x32_bits"
 CHOLESKY_UPDATE = "ferrax_cholesky_update"
 CHOLESKY = "ferrax_cholesky"
+QR = "ferrax_qr"
 
 LAPACK_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 

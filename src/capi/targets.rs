@@ -51,6 +51,7 @@ targets!(
     ),
     (ops::trsm::TARGET, "cpu", ops::trsm::ferrax_cpu_trsm),
     (ops::qr::GEQRF_TARGET, "cpu", ops::qr::ferrax_cpu_geqrf),
+    (ops::qr::QR_TARGET, "cpu", ops::qr::ferrax_cpu_qr),
     (ops::qr::ORGQR_TARGET, "cpu", ops::qr::ferrax_cpu_orgqr),
     (ops::qr::ORMQR_TARGET, "cpu", ops::qr::ferrax_cpu_ormqr),
     (ops::qr::GEQP3_TARGET, "cpu", ops::qr::ferrax_cpu_geqp3),

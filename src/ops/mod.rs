@@ -181,7 +181,7 @@ impl<T: NativeType> InPlace<T> {
 
 /// `dst[j·rows + i] = src[i·cols + j]`: the row-major `rows×cols` matrix `src` into `dst`
 /// column-major, in square tiles so that the strided side stays in cache.
-fn transpose<T: Copy>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
+pub(crate) fn transpose<T: Copy>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
     const TILE: usize = 16;
     for i0 in (0..rows).step_by(TILE) {
         for j0 in (0..cols).step_by(TILE) {

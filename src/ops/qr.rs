@@ -17,7 +17,7 @@ use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
     for_each_chunk, for_each_parallel, gpu_in_place, gpu_scalar_kind, lapack_dim, query_lwork,
-    routine, small_matrix_launch, Scalar, SharedMut,
+    routine, small_matrix_launch, transpose, Scalar, SharedMut,
 };
 use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
 use ferrax_kernels::small::qr::{self as small_qr, QrScalar};
@@ -299,6 +299,169 @@ fn orgqr_typed<T: Scalar + QrScalar>(
                 )
             };
             check_info("orgqr", info)?;
+        }
+        Ok(())
+    })
+}
+
+/// jax's whole `qr` without pivoting (`geqrf`, Q formed by `householder_product`, `triu` of
+/// R) in one call on jax's row-major arrays: jax's steps cost four XLA passes over the batch
+/// (a transposing copy in, a copy of the reflectors for Q, R's `triu` and Q's transpose out),
+/// which here are per-matrix moves in cache. Results are the separate targets' bit for bit.
+pub const QR_TARGET: &CStr = c"ferrax_qr";
+
+ffi_handler! {
+    /// jax's `qr` on the host: `a [..., m, n]` in; `q [..., m, mq]` and `r [..., mq, n]` out
+    /// (row-major), `mq` being `m` with `full_matrices`, else `min(m, n)`.
+    pub fn ferrax_cpu_qr = QR_TARGET;
+    ctx pool: ThreadPool;
+    arg a: Buffer;
+    ret q: Buffer;
+    ret r: Buffer;
+    attr full_matrices: bool;
+    traits = 0;
+    body = qr_cpu;
+}
+
+fn qr_cpu(
+    pool: ThreadPool<'_>,
+    a: Buffer<'_>,
+    q: Buffer<'_>,
+    r: Buffer<'_>,
+    full_matrices: bool,
+) -> Result<()> {
+    dispatch_lapack!(a, qr_typed(pool, a, q, r, full_matrices))
+}
+
+fn qr_typed<T: Scalar + QrScalar>(
+    pool: ThreadPool<'_>,
+    a: Buffer<'_>,
+    q: Buffer<'_>,
+    r: Buffer<'_>,
+    full_matrices: bool,
+) -> Result<()> {
+    let shape = MatrixBatch::of(&a)?;
+    let (rows, cols) = (shape.rows, shape.cols);
+    let k = rows.min(cols);
+    let q_cols = if full_matrices { rows } else { k };
+    for (result, dims) in [(&q, [rows, q_cols]), (&r, [q_cols, cols])] {
+        result.expect_dtype(a.dtype())?;
+        result.expect_dims(&[shape.batch_dims(&a), &[dims[0] as i64, dims[1] as i64]].concat())?;
+    }
+    let (m, n) = (lapack_dim(&a, rows)?, lapack_dim(&a, cols)?);
+    let (mq, reflectors) = (lapack_dim(&a, q_cols)?, lapack_dim(&a, k)?);
+    if shape.batch == 0 {
+        return Ok(());
+    }
+    let x = SharedMut(a.data_ptr().cast::<T>());
+    let (q, r) = (
+        SharedMut(q.data_ptr().cast::<T>()),
+        SharedMut(r.data_ptr().cast::<T>()),
+    );
+    let (a_len, q_len, r_len) = (rows * cols, rows * q_cols, q_cols * cols);
+    let small_geqrf = rows.max(cols) <= CPU_SMALL_MAX;
+    let small_orgqr = rows <= CPU_SMALL_MAX;
+    let lapack = if k == 0 || (small_geqrf && small_orgqr) {
+        None
+    } else {
+        let (geqrf, orgqr) = (routine(T::geqrf())?, routine(T::orgqr())?);
+        // Queries read no matrix: one workspace serves every matrix and both routines.
+        let mut dummy = [T::default(); 1];
+        let d = dummy.as_mut_ptr();
+        // SAFETY: queries only write `work[0]` and `info`.
+        let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
+            geqrf(&m, &n, d, &m, d, work, lwork, info)
+        })?
+        .max(query_lwork::<T>(|work, lwork, info| unsafe {
+            orgqr(&m, &mq, &reflectors, d, &m, d, work, lwork, info)
+        })?);
+        Some((geqrf, orgqr, lwork))
+    };
+    let flops = (a_len + q_len).saturating_mul(2 * k.max(1));
+    for_each_chunk(&pool, shape.batch, flops, &|range| {
+        // Q's columns past A's start as zeros (jax pads R); orgqr overwrites them anyway.
+        let mut w = vec![T::default(); rows * rows.max(cols)];
+        let mut tau = vec![T::default(); k];
+        let mut work = vec![T::default(); lapack.map_or(0, |l| l.2 as usize)];
+        let mut info = 0;
+        for b in range {
+            // SAFETY: matrix `b` of the argument, which no task writes, and of the results,
+            // which only this task writes.
+            let (x, q, r) = unsafe {
+                (
+                    &*x.slice(b * a_len, a_len),
+                    q.slice(b * q_len, q_len),
+                    r.slice(b * r_len, r_len),
+                )
+            };
+            if k == 0 {
+                // jax's result for an empty matrix: the identity's first columns, R zero.
+                for (i, row) in q.chunks_exact_mut(q_cols).enumerate() {
+                    row.iter_mut().enumerate().for_each(|(j, e)| {
+                        *e = if i == j {
+                            <T as Scalar>::ONE
+                        } else {
+                            T::default()
+                        }
+                    });
+                }
+                r.fill(T::default());
+                continue;
+            }
+            let w = &mut w[..rows * rows.max(cols)];
+            transpose(x, rows, cols, &mut w[..a_len]);
+            match lapack {
+                Some((geqrf, _, lwork)) if !small_geqrf => {
+                    // SAFETY: the m×n matrix `w` (leading dimension m), k taus, lwork work.
+                    unsafe {
+                        geqrf(
+                            &m,
+                            &n,
+                            w.as_mut_ptr(),
+                            &m,
+                            tau.as_mut_ptr(),
+                            work.as_mut_ptr(),
+                            &lwork,
+                            &mut info,
+                        )
+                    };
+                    check_info("geqrf", info)?;
+                }
+                _ => small_qr::geqr2(&mut w[..a_len], rows, cols, &mut tau),
+            }
+            for (i, row) in r.chunks_exact_mut(cols).enumerate() {
+                for (j, e) in row.iter_mut().enumerate() {
+                    *e = if i <= j {
+                        w[j * rows + i]
+                    } else {
+                        T::default()
+                    };
+                }
+            }
+            if q_cols > cols {
+                w[a_len..q_len].fill(T::default());
+            }
+            match lapack {
+                Some((_, orgqr, lwork)) if !small_orgqr => {
+                    // SAFETY: the m×mq matrix `w` (leading dimension m), k taus, lwork work.
+                    unsafe {
+                        orgqr(
+                            &m,
+                            &mq,
+                            &reflectors,
+                            w.as_mut_ptr(),
+                            &m,
+                            tau.as_ptr(),
+                            work.as_mut_ptr(),
+                            &lwork,
+                            &mut info,
+                        )
+                    };
+                    check_info("orgqr", info)?;
+                }
+                _ => small_qr::org2r(&mut w[..q_len], rows, q_cols, rows, k, &tau),
+            }
+            transpose(&w[..q_len], q_cols, rows, q);
         }
         Ok(())
     })
