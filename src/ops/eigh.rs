@@ -289,7 +289,7 @@ where
     let lrwork = workspace_len(query.rwork[0].into(), min_rwork, "rwork")?;
     let liwork = query.iwork[0].max(1);
 
-    for_each_chunk(&pool, shape.batch, flops, &|range| {
+    let syevd_range = |range: std::ops::Range<usize>| {
         let mut ws = Workspace::<T>::new(lwork, lrwork, liwork);
         for b in range {
             // SAFETY: matrix `b`, its eigenvalues and its info are written by this task alone;
@@ -309,5 +309,15 @@ where
             };
         }
         Ok(())
+    };
+    for_each_chunk(&pool, shape.batch, flops, &|range| {
+        // OpenBLAS's divide and conquer (its threaded `xLAED3`) starts its own threads even for
+        // small matrices, which next to the pool's threads oversubscribe the cores (n = 32,
+        // 512 matrices, 2 cores: 72 -> 28 ms; 43 ms on one core). One matrix keeps them.
+        if shape.batch > 1 {
+            ferrax_cpu_fallback::single_threaded(|| syevd_range(range))
+        } else {
+            syevd_range(range)
+        }
     })
 }
