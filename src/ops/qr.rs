@@ -379,7 +379,8 @@ fn qr_typed<T: Scalar + QrScalar>(
     };
     let flops = (a_len + q_len).saturating_mul(2 * k.max(1));
     for_each_chunk(&pool, shape.batch, flops, &|range| {
-        // Q's columns past A's start as zeros (jax pads R); orgqr overwrites them anyway.
+        // Column-major workspace for A, then Q: Q's columns past A's need no zeros (jax pads R
+        // with them), `?orgqr` and `org2r` set every column past the k reflectors themselves.
         let mut w = vec![T::default(); rows * rows.max(cols)];
         let mut tau = vec![T::default(); k];
         let mut work = vec![T::default(); lapack.map_or(0, |l| l.2 as usize)];
@@ -408,7 +409,6 @@ fn qr_typed<T: Scalar + QrScalar>(
                 r.fill(T::default());
                 continue;
             }
-            let w = &mut w[..rows * rows.max(cols)];
             transpose(x, rows, cols, &mut w[..a_len]);
             match lapack {
                 Some((geqrf, _, lwork)) if !small_geqrf => {
@@ -437,9 +437,6 @@ fn qr_typed<T: Scalar + QrScalar>(
                         T::default()
                     };
                 }
-            }
-            if q_cols > cols {
-                w[a_len..q_len].fill(T::default());
             }
             match lapack {
                 Some((_, orgqr, lwork)) if !small_orgqr => {
