@@ -136,6 +136,14 @@ def _householder_product_cuda(ctx, a, taus):
                                                             target_name_prefix=prefix)
 
 
+def _small_lapack_matrices(aval, limit):
+    """Whether ``aval`` holds matrices of static orders up to ``limit`` in a LAPACK dtype: what
+    ferrax's one-call CPU rules take (jax's rules take the rest)."""
+    rows, cols = aval.shape[-2:]
+    return (core.is_constant_dim(rows) and core.is_constant_dim(cols) and max(rows, cols) <= limit
+            and np.dtype(aval.dtype) in _primitives.LAPACK_DTYPES)
+
+
 _getrf_row_major = batched_ffi_lowering(_primitives.GETRF_ROW_MAJOR, num_non_batch_dims=2,
                                         column_major=False)
 
@@ -154,8 +162,7 @@ def _lu_cpu(ctx, operand):
     operand_aval, = ctx.avals_in
     out_aval, pivot_aval, perm_aval = ctx.avals_out
     if (not core.is_constant_shape(operand_aval.shape)
-            or max(operand_aval.shape[-2:]) > _ROW_MAJOR_LU_MAX
-            or np.dtype(operand_aval.dtype) not in _primitives.LAPACK_DTYPES):
+            or not _small_lapack_matrices(operand_aval, _ROW_MAJOR_LU_MAX)):
         return lax_linalg._lu_cpu_gpu_lowering(ctx, operand, target_name_prefix="cpu")
     info_aval = core.ShapedArray(operand_aval.shape[:-2], np.dtype(np.int32))
     lu, ipiv, _ = _getrf_row_major(ctx.replace(avals_out=[out_aval, pivot_aval, info_aval]),
@@ -179,11 +186,7 @@ _FUSED_QR_MAX = 128
 
 
 def _qr_cpu(ctx, operand, *, pivoting, full_matrices, use_magma):
-    aval, = ctx.avals_in
-    m, n = aval.shape[-2:]
-    if (pivoting or not (core.is_constant_dim(m) and core.is_constant_dim(n))
-            or max(m, n) > _FUSED_QR_MAX
-            or np.dtype(aval.dtype) not in _primitives.LAPACK_DTYPES):
+    if pivoting or not _small_lapack_matrices(ctx.avals_in[0], _FUSED_QR_MAX):
         return _jax_qr_lowering(ctx, operand, pivoting=pivoting, full_matrices=full_matrices,
                                 use_magma=use_magma)
     return _qr_fused(ctx, operand, full_matrices=full_matrices)

@@ -203,11 +203,7 @@ def _cholesky_abstract_eval(a, *, symmetrize_input):
     return core.ShapedArray(a.shape, a.dtype)
 
 
-def _cholesky_reference(a, *, symmetrize_input):
-    return _jax_cholesky(a, symmetrize_input=symmetrize_input)
-
-
-_cholesky_reference_lowering = mlir.lower_fun(_cholesky_reference, multiple_results=False)
+_cholesky_reference_lowering = mlir.lower_fun(_jax_cholesky, multiple_results=False)
 _cholesky_fused_lowering = batched_ffi_lowering(CHOLESKY, num_non_batch_dims=2,
                                                 column_major=False)
 
