@@ -120,12 +120,20 @@ pub(crate) struct InPlace<T> {
 unsafe impl<T> Send for InPlace<T> {}
 unsafe impl<T> Sync for InPlace<T> {}
 
+/// Checks that `input` and `output` both have dtype `T` and `input`'s shape.
+pub(crate) fn expect_same_array<T: NativeType>(
+    input: &Buffer<'_>,
+    output: &Buffer<'_>,
+) -> Result<()> {
+    input.expect_dtype(T::DTYPE)?;
+    output.expect_dtype(T::DTYPE)?;
+    output.expect_dims(input.dims())
+}
+
 impl<T: NativeType> InPlace<T> {
     /// Checks that `output` has `input`'s dtype `T` and shape.
     pub fn new(input: &Buffer<'_>, output: &Buffer<'_>) -> Result<Self> {
-        input.expect_dtype(T::DTYPE)?;
-        output.expect_dtype(T::DTYPE)?;
-        output.expect_dims(input.dims())?;
+        expect_same_array::<T>(input, output)?;
         Ok(InPlace {
             input: input.data_ptr().cast(),
             output: SharedMut(output.data_ptr().cast()),

@@ -8,8 +8,8 @@ use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, Thre
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    by_lanes, char_attr, for_each_chunk, gpu_in_place, gpu_scalar_kind, lapack_dim, routine,
-    small_matrix_launch, SharedMut,
+    by_lanes, char_attr, expect_same_array, for_each_chunk, gpu_in_place, gpu_scalar_kind,
+    lapack_dim, routine, small_matrix_launch, SharedMut,
 };
 use ferrax_cpu_fallback::{Lapack, Potrf};
 use ferrax_kernels::small::lanes::{self, LANES};
@@ -165,9 +165,7 @@ fn cholesky_typed<T: NativeType + Lapack + Scalar>(
     symmetrize_input: bool,
 ) -> Result<()> {
     let shape = MatrixBatch::square(&a)?;
-    a.expect_dtype(T::DTYPE)?;
-    l.expect_dtype(T::DTYPE)?;
-    l.expect_dims(a.dims())?;
+    expect_same_array::<T>(&a, &l)?;
     let n = lapack_dim(&a, shape.rows)?;
     if shape.batch == 0 || n == 0 {
         return Ok(());
