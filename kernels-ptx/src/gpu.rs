@@ -298,3 +298,14 @@ cholesky_update_grouped! {
     ferrax_cholesky_update_g16_c128: num_complex::Complex<f64>, 16;
     ferrax_cholesky_update_g32_c128: num_complex::Complex<f64>, 32;
 }
+
+/// One device pointer per matrix of a batch, for the library routines that take such arrays.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn ferrax_batch_pointers(
+    pointers: *mut u64,
+    base: u64,
+    stride: u64,
+    count: u64,
+) {
+    crate::pointers::batch_pointers_kernel(pointers, base, stride, count)
+}

@@ -14,6 +14,7 @@ pub mod cholesky_update;
 pub mod grid;
 pub mod launch;
 pub mod pivots;
+pub mod pointers;
 pub mod small;
 pub mod threefry;
 pub mod tridiagonal;

@@ -1,4 +1,4 @@
-use crate::ffi::{Error, Result, Stream};
+use crate::ffi::{Error, Result, ScratchAllocator, Stream};
 use cudarc::driver::{result, sys, DriverError};
 use ferrax_kernels::launch::LaunchConfig;
 use std::collections::hash_map::Entry;
@@ -85,6 +85,11 @@ impl GpuStream {
         self.stream
     }
 
+    /// The stream's context, as the key of per-context caches.
+    pub fn context_key(&self) -> usize {
+        self.context as usize
+    }
+
     /// Runs `f` on this context's module entry (loading the module on first use).
     fn with_module<T>(&self, f: impl FnOnce(&mut ContextModule) -> Result<T>) -> Result<T> {
         let modules = MODULES.get_or_init(Default::default);
@@ -153,6 +158,29 @@ impl GpuStream {
         })
     }
 
+    /// A device array of `count` pointers, `base + i·stride_bytes`, in `scratch` (the batched
+    /// library routines take one pointer per matrix), filled by a kernel on the stream.
+    pub fn batch_pointers<T>(
+        &self,
+        scratch: &ScratchAllocator<'_>,
+        base: *mut T,
+        stride_bytes: usize,
+        count: usize,
+    ) -> Result<*mut *mut T> {
+        let pointers = scratch.allocate(count * std::mem::size_of::<u64>(), 8)?;
+        let config = ferrax_kernels::pointers::batch_pointers_launch(count as u64);
+        let (base, stride, count) = (base as u64, stride_bytes as u64, count as u64);
+        let mut params = [
+            param(&pointers),
+            param(&base),
+            param(&stride),
+            param(&count),
+        ];
+        // SAFETY: `pointers` holds `count` words; the kernel writes nothing else.
+        unsafe { self.launch(&config, &mut params)? };
+        Ok(pointers.cast())
+    }
+
     /// Zeroes `bytes` of device memory at `ptr`, ordered on the stream.
     pub fn zero(&self, ptr: *mut c_void, bytes: usize) -> Result<()> {
         if bytes == 0 {
@@ -216,7 +244,65 @@ impl Drop for GpuStream {
     }
 }
 
+/// Library handles of one kind (cuSOLVER, cuBLAS) kept for reuse, per CUDA context: creating
+/// one costs milliseconds, and a handle serves one call at a time, so each call takes one out
+/// (or creates one) and puts it back when done. Handles are plain addresses.
+#[derive(Default)]
+pub struct HandlePool {
+    free: Mutex<Vec<(usize, usize)>>,
+}
+
+impl HandlePool {
+    pub const fn new() -> Self {
+        HandlePool {
+            free: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A free handle of `context`'s, or a new one from `create` (run with the context
+    /// current).
+    pub fn take(&self, context: usize, create: impl FnOnce() -> Result<usize>) -> Result<usize> {
+        let reused = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            free.iter()
+                .position(|&(owner, _)| owner == context)
+                .map(|i| free.swap_remove(i).1)
+        };
+        reused.map_or_else(create, Ok)
+    }
+
+    pub fn give_back(&self, context: usize, handle: usize) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.push((context, handle));
+    }
+}
+
 /// A kernel parameter: a pointer to the argument's value, as `cuLaunchKernel` takes them.
 pub fn param<T>(value: &T) -> *mut c_void {
     value as *const T as *mut c_void
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_pool_reuses_a_contexts_own_handles_only() {
+        let pool = HandlePool::new();
+        let mut created = 0;
+        let mut create = |handle: usize| {
+            created += 1;
+            Ok(handle)
+        };
+        let first = pool.take(1, || create(10)).unwrap();
+        let other_context = pool.take(2, || create(20)).unwrap();
+        assert_eq!((first, other_context), (10, 20));
+        pool.give_back(1, first);
+        // Context 2 must not get context 1's handle.
+        assert_eq!(pool.take(2, || create(21)).unwrap(), 21);
+        assert_eq!(pool.take(1, || create(11)).unwrap(), 10);
+        // Taken out, it is not handed out twice.
+        assert_eq!(pool.take(1, || create(12)).unwrap(), 12);
+        assert_eq!(created, 4);
+    }
 }

@@ -1,0 +1,494 @@
+//! cuSOLVER's dense routines (`libcusolver`, loaded at run time through cudarc) for the
+//! matrices ferrax's own kernels do not take. A [`Solver`] is a handle from a per-context pool
+//! bound to XLA's stream; [`Dense`] maps each of the four element types to its routines.
+
+use super::runtime::{GpuStream, HandlePool};
+use crate::ffi::{Error, Result};
+use cudarc::cusolver::sys;
+use num_complex::Complex;
+use std::ffi::c_int;
+use std::sync::OnceLock;
+
+pub use sys::{cublasFillMode_t as Fill, cublasOperation_t as Op, cublasSideMode_t as Side};
+pub type Handle = sys::cusolverDnHandle_t;
+pub type Status = sys::cusolverStatus_t;
+
+static HANDLES: HandlePool = HandlePool::new();
+
+/// A failed status as an error naming the routine.
+pub fn check(routine: &str, status: Status) -> Result<()> {
+    if status == Status::CUSOLVER_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::internal(format!(
+            "cuSOLVER {routine} failed: {status:?}"
+        )))
+    }
+}
+
+/// The library's absence as an error that says where it comes from (cudarc would panic).
+fn ensure_library() -> Result<()> {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: probes for the library without resolving any symbol.
+    if *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() }) {
+        Ok(())
+    } else {
+        Err(Error::failed_precondition(
+            "cuSOLVER (libcusolver.so) could not be loaded; jax's CUDA plugin brings it (the \
+             nvidia cusolver wheel) and loads it when jax starts its CUDA backend",
+        ))
+    }
+}
+
+/// A cuSOLVER handle bound to XLA's stream for one call; back to the pool when dropped.
+pub struct Solver<'a> {
+    handle: Handle,
+    gpu: &'a GpuStream,
+}
+
+impl<'a> Solver<'a> {
+    pub fn on(gpu: &'a GpuStream) -> Result<Self> {
+        ensure_library()?;
+        let handle = HANDLES.take(gpu.context_key(), || {
+            let mut handle: Handle = std::ptr::null_mut();
+            // SAFETY: an out-parameter; the stream's context is current.
+            check("cusolverDnCreate", unsafe {
+                sys::cusolverDnCreate(&mut handle)
+            })?;
+            Ok(handle as usize)
+        })? as Handle;
+        let solver = Solver { handle, gpu };
+        // SAFETY: a live handle and XLA's live stream of the same context.
+        check("cusolverDnSetStream", unsafe {
+            sys::cusolverDnSetStream(handle, gpu.raw() as sys::cudaStream_t)
+        })?;
+        Ok(solver)
+    }
+
+    /// Runs one routine on the handle, its failure an error naming it.
+    pub fn run(&self, routine: &str, call: impl FnOnce(Handle) -> Status) -> Result<()> {
+        check(routine, call(self.handle))
+    }
+
+    /// A workspace size query: `query(handle, &mut lwork)`.
+    pub fn lwork(
+        &self,
+        routine: &str,
+        query: impl FnOnce(Handle, *mut c_int) -> Status,
+    ) -> Result<c_int> {
+        let mut lwork: c_int = 0;
+        self.run(routine, |h| query(h, &mut lwork))?;
+        Ok(lwork.max(1))
+    }
+}
+
+impl Drop for Solver<'_> {
+    fn drop(&mut self) {
+        HANDLES.give_back(self.gpu.context_key(), self.handle as usize);
+    }
+}
+
+/// The routines of one element type, with ferrax's element types in place of cuSOLVER's
+/// (`Complex<f32>` for `cuComplex`: the same layout). Raw calls: every pointer is device memory
+/// the routine may read or write as cuSOLVER documents.
+#[allow(clippy::too_many_arguments, clippy::missing_safety_doc)] // cuSOLVER's signatures
+pub trait Dense: Copy + 'static {
+    /// LAPACK's letter of the type, for error messages.
+    const LETTER: char;
+    unsafe fn getrf_buffer_size(
+        h: Handle,
+        m: c_int,
+        n: c_int,
+        a: *mut Self,
+        lda: c_int,
+        lwork: *mut c_int,
+    ) -> Status;
+    unsafe fn getrf(
+        h: Handle,
+        m: c_int,
+        n: c_int,
+        a: *mut Self,
+        lda: c_int,
+        work: *mut Self,
+        ipiv: *mut c_int,
+        info: *mut c_int,
+    ) -> Status;
+    unsafe fn potrf_buffer_size(
+        h: Handle,
+        uplo: Fill,
+        n: c_int,
+        a: *mut Self,
+        lda: c_int,
+        lwork: *mut c_int,
+    ) -> Status;
+    unsafe fn potrf(
+        h: Handle,
+        uplo: Fill,
+        n: c_int,
+        a: *mut Self,
+        lda: c_int,
+        work: *mut Self,
+        lwork: c_int,
+        info: *mut c_int,
+    ) -> Status;
+    unsafe fn potrf_batched(
+        h: Handle,
+        uplo: Fill,
+        n: c_int,
+        a: *mut *mut Self,
+        lda: c_int,
+        info: *mut c_int,
+        batch: c_int,
+    ) -> Status;
+    unsafe fn geqrf_buffer_size(
+        h: Handle,
+        m: c_int,
+        n: c_int,
+        a: *mut Self,
+        lda: c_int,
+        lwork: *mut c_int,
+    ) -> Status;
+    unsafe fn geqrf(
+        h: Handle,
+        m: c_int,
+        n: c_int,
+        a: *mut Self,
+        lda: c_int,
+        tau: *mut Self,
+        work: *mut Self,
+        lwork: c_int,
+        info: *mut c_int,
+    ) -> Status;
+    unsafe fn orgqr_buffer_size(
+        h: Handle,
+        m: c_int,
+        n: c_int,
+        k: c_int,
+        a: *const Self,
+        lda: c_int,
+        tau: *const Self,
+        lwork: *mut c_int,
+    ) -> Status;
+    unsafe fn orgqr(
+        h: Handle,
+        m: c_int,
+        n: c_int,
+        k: c_int,
+        a: *mut Self,
+        lda: c_int,
+        tau: *const Self,
+        work: *mut Self,
+        lwork: c_int,
+        info: *mut c_int,
+    ) -> Status;
+    unsafe fn ormqr_buffer_size(
+        h: Handle,
+        side: Side,
+        trans: Op,
+        m: c_int,
+        n: c_int,
+        k: c_int,
+        a: *const Self,
+        lda: c_int,
+        tau: *const Self,
+        c: *const Self,
+        ldc: c_int,
+        lwork: *mut c_int,
+    ) -> Status;
+    unsafe fn ormqr(
+        h: Handle,
+        side: Side,
+        trans: Op,
+        m: c_int,
+        n: c_int,
+        k: c_int,
+        a: *const Self,
+        lda: c_int,
+        tau: *const Self,
+        c: *mut Self,
+        ldc: c_int,
+        work: *mut Self,
+        lwork: c_int,
+        info: *mut c_int,
+    ) -> Status;
+}
+
+macro_rules! dense {
+    ($t:ty, $raw:ty, $letter:literal, $getrf_bs:ident, $getrf:ident, $potrf_bs:ident,
+     $potrf:ident, $potrf_batched:ident, $geqrf_bs:ident, $geqrf:ident, $orgqr_bs:ident,
+     $orgqr:ident, $ormqr_bs:ident, $ormqr:ident) => {
+        impl Dense for $t {
+            const LETTER: char = $letter;
+            unsafe fn getrf_buffer_size(
+                h: Handle,
+                m: c_int,
+                n: c_int,
+                a: *mut Self,
+                lda: c_int,
+                lwork: *mut c_int,
+            ) -> Status {
+                sys::$getrf_bs(h, m, n, a.cast::<$raw>(), lda, lwork)
+            }
+            unsafe fn getrf(
+                h: Handle,
+                m: c_int,
+                n: c_int,
+                a: *mut Self,
+                lda: c_int,
+                work: *mut Self,
+                ipiv: *mut c_int,
+                info: *mut c_int,
+            ) -> Status {
+                sys::$getrf(
+                    h,
+                    m,
+                    n,
+                    a.cast::<$raw>(),
+                    lda,
+                    work.cast::<$raw>(),
+                    ipiv,
+                    info,
+                )
+            }
+            unsafe fn potrf_buffer_size(
+                h: Handle,
+                uplo: Fill,
+                n: c_int,
+                a: *mut Self,
+                lda: c_int,
+                lwork: *mut c_int,
+            ) -> Status {
+                sys::$potrf_bs(h, uplo, n, a.cast::<$raw>(), lda, lwork)
+            }
+            unsafe fn potrf(
+                h: Handle,
+                uplo: Fill,
+                n: c_int,
+                a: *mut Self,
+                lda: c_int,
+                work: *mut Self,
+                lwork: c_int,
+                info: *mut c_int,
+            ) -> Status {
+                sys::$potrf(
+                    h,
+                    uplo,
+                    n,
+                    a.cast::<$raw>(),
+                    lda,
+                    work.cast::<$raw>(),
+                    lwork,
+                    info,
+                )
+            }
+            unsafe fn potrf_batched(
+                h: Handle,
+                uplo: Fill,
+                n: c_int,
+                a: *mut *mut Self,
+                lda: c_int,
+                info: *mut c_int,
+                batch: c_int,
+            ) -> Status {
+                sys::$potrf_batched(h, uplo, n, a.cast::<*mut $raw>(), lda, info, batch)
+            }
+            unsafe fn geqrf_buffer_size(
+                h: Handle,
+                m: c_int,
+                n: c_int,
+                a: *mut Self,
+                lda: c_int,
+                lwork: *mut c_int,
+            ) -> Status {
+                sys::$geqrf_bs(h, m, n, a.cast::<$raw>(), lda, lwork)
+            }
+            unsafe fn geqrf(
+                h: Handle,
+                m: c_int,
+                n: c_int,
+                a: *mut Self,
+                lda: c_int,
+                tau: *mut Self,
+                work: *mut Self,
+                lwork: c_int,
+                info: *mut c_int,
+            ) -> Status {
+                sys::$geqrf(
+                    h,
+                    m,
+                    n,
+                    a.cast::<$raw>(),
+                    lda,
+                    tau.cast::<$raw>(),
+                    work.cast::<$raw>(),
+                    lwork,
+                    info,
+                )
+            }
+            unsafe fn orgqr_buffer_size(
+                h: Handle,
+                m: c_int,
+                n: c_int,
+                k: c_int,
+                a: *const Self,
+                lda: c_int,
+                tau: *const Self,
+                lwork: *mut c_int,
+            ) -> Status {
+                sys::$orgqr_bs(h, m, n, k, a.cast::<$raw>(), lda, tau.cast::<$raw>(), lwork)
+            }
+            unsafe fn orgqr(
+                h: Handle,
+                m: c_int,
+                n: c_int,
+                k: c_int,
+                a: *mut Self,
+                lda: c_int,
+                tau: *const Self,
+                work: *mut Self,
+                lwork: c_int,
+                info: *mut c_int,
+            ) -> Status {
+                sys::$orgqr(
+                    h,
+                    m,
+                    n,
+                    k,
+                    a.cast::<$raw>(),
+                    lda,
+                    tau.cast::<$raw>(),
+                    work.cast::<$raw>(),
+                    lwork,
+                    info,
+                )
+            }
+            unsafe fn ormqr_buffer_size(
+                h: Handle,
+                side: Side,
+                trans: Op,
+                m: c_int,
+                n: c_int,
+                k: c_int,
+                a: *const Self,
+                lda: c_int,
+                tau: *const Self,
+                c: *const Self,
+                ldc: c_int,
+                lwork: *mut c_int,
+            ) -> Status {
+                sys::$ormqr_bs(
+                    h,
+                    side,
+                    trans,
+                    m,
+                    n,
+                    k,
+                    a.cast::<$raw>(),
+                    lda,
+                    tau.cast::<$raw>(),
+                    c.cast::<$raw>(),
+                    ldc,
+                    lwork,
+                )
+            }
+            unsafe fn ormqr(
+                h: Handle,
+                side: Side,
+                trans: Op,
+                m: c_int,
+                n: c_int,
+                k: c_int,
+                a: *const Self,
+                lda: c_int,
+                tau: *const Self,
+                c: *mut Self,
+                ldc: c_int,
+                work: *mut Self,
+                lwork: c_int,
+                info: *mut c_int,
+            ) -> Status {
+                sys::$ormqr(
+                    h,
+                    side,
+                    trans,
+                    m,
+                    n,
+                    k,
+                    a.cast::<$raw>(),
+                    lda,
+                    tau.cast::<$raw>(),
+                    c.cast::<$raw>(),
+                    ldc,
+                    work.cast::<$raw>(),
+                    lwork,
+                    info,
+                )
+            }
+        }
+    };
+}
+
+dense!(
+    f32,
+    f32,
+    'S',
+    cusolverDnSgetrf_bufferSize,
+    cusolverDnSgetrf,
+    cusolverDnSpotrf_bufferSize,
+    cusolverDnSpotrf,
+    cusolverDnSpotrfBatched,
+    cusolverDnSgeqrf_bufferSize,
+    cusolverDnSgeqrf,
+    cusolverDnSorgqr_bufferSize,
+    cusolverDnSorgqr,
+    cusolverDnSormqr_bufferSize,
+    cusolverDnSormqr
+);
+dense!(
+    f64,
+    f64,
+    'D',
+    cusolverDnDgetrf_bufferSize,
+    cusolverDnDgetrf,
+    cusolverDnDpotrf_bufferSize,
+    cusolverDnDpotrf,
+    cusolverDnDpotrfBatched,
+    cusolverDnDgeqrf_bufferSize,
+    cusolverDnDgeqrf,
+    cusolverDnDorgqr_bufferSize,
+    cusolverDnDorgqr,
+    cusolverDnDormqr_bufferSize,
+    cusolverDnDormqr
+);
+dense!(
+    Complex<f32>,
+    sys::cuComplex,
+    'C',
+    cusolverDnCgetrf_bufferSize,
+    cusolverDnCgetrf,
+    cusolverDnCpotrf_bufferSize,
+    cusolverDnCpotrf,
+    cusolverDnCpotrfBatched,
+    cusolverDnCgeqrf_bufferSize,
+    cusolverDnCgeqrf,
+    cusolverDnCungqr_bufferSize,
+    cusolverDnCungqr,
+    cusolverDnCunmqr_bufferSize,
+    cusolverDnCunmqr
+);
+dense!(
+    Complex<f64>,
+    sys::cuDoubleComplex,
+    'Z',
+    cusolverDnZgetrf_bufferSize,
+    cusolverDnZgetrf,
+    cusolverDnZpotrf_bufferSize,
+    cusolverDnZpotrf,
+    cusolverDnZpotrfBatched,
+    cusolverDnZgeqrf_bufferSize,
+    cusolverDnZgeqrf,
+    cusolverDnZungqr_bufferSize,
+    cusolverDnZungqr,
+    cusolverDnZunmqr_bufferSize,
+    cusolverDnZunmqr
+);
