@@ -1,11 +1,12 @@
-"""Crossover sweep: stock jaxlib against ferrax for batched small-matrix LU, Cholesky and QR on
-the local device, every n in ``SIZES`` and dtype, each batch about ``--mb`` MB of matrices.
+"""Crossover sweep: stock jaxlib against ferrax for batched LU, Cholesky, QR and multiplication
+by Q (ormqr) on the local device, every n in ``SIZES`` and dtype, each batch about ``--mb`` MB
+of matrices.
 
 For each op and dtype the crossover is the largest n up to which ferrax wins at every swept n.
 Prints the table and the crossovers, writes ``linalg_sweep.json`` and one PNG per op (time
-against n) to ``--out``. On a GPU, ferrax's small-matrix kernels are forced for every size they
-take (sizes they do not take are reported as such), and ``--write-thresholds`` stores the
-crossovers in ``python/ferrax/gpu_thresholds.json``, the table ``ferrax.install()`` routes by.
+against n) to ``--out``. On a GPU, ferrax's targets are forced for every size (its PTX kernels
+for small matrices, its cuSOLVER/cuBLAS choices past them), and ``--write-thresholds`` stores
+the crossovers in ``python/ferrax/gpu_thresholds.json``, the table ``ferrax.install()`` routes by.
 
     python benches/linalg_sweep.py [--quick] [--mb 16] [--out DIR] [--write-thresholds]
 """
@@ -17,7 +18,6 @@ import datetime
 import json
 import os
 import pathlib
-from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -36,18 +36,13 @@ OPS = {
     "cholesky": (lambda a: jax.lax.linalg.cholesky(a, symmetrize_input=False), "cholesky",
                  ("potrf",)),
     "qr": (jnp.linalg.qr, "qr", ("geqrf", "orgqr")),
+    # c <- Q c with a's reflectors and a's first row for taus (any values time the same).
+    "ormqr": (lambda a: jax.lax.linalg.ormqr(a, a[..., 0, :], a), "qr", ("ormqr",)),
 }
-SIZES = (2, 4, 8, 12, 16, 24, 32, 48, 64)
+# Past 64 only ferrax's library path (cuSOLVER/cuBLAS, chosen by other rules than jaxlib's).
+SIZES = (2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512)
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 THRESHOLDS = pathlib.Path(ferrax.__file__).parent / "gpu_thresholds.json"
-
-
-def small_kernels_everywhere():
-    """While active, install() lowers every size to ferrax's small-matrix GPU kernels (the
-    CPU targets take every size anyway)."""
-    every = {key: {np.dtype(d).name: max(SIZES) for d in DTYPES}
-             for _, _, keys in OPS.values() for key in keys}
-    return mock.patch.dict(_install._GPU_THRESHOLDS, every)
 
 
 def measure(name, dtype, n, batch_bytes, repeats, rng):
@@ -58,11 +53,11 @@ def measure(name, dtype, n, batch_bytes, repeats, rng):
     ferrax.uninstall()
     stock = jax.jit(fn).lower(a).compile()
     try:
-        with small_kernels_everywhere():
+        with _install.ferrax_on_gpu_everywhere():
             ferrax.install()
             ours = jax.jit(fn).lower(a).compile()
         jax.block_until_ready(ours(a))
-    except jax.errors.JaxRuntimeError as error:  # no ferrax kernel for this size
+    except jax.errors.JaxRuntimeError as error:  # reported in the table, not fatal
         row.update(jaxlib_ms=interleaved_ms([stock], a, repeats)[0], ferrax_ms=None,
                    note=str(error).splitlines()[0][:80])
         return row
@@ -125,8 +120,9 @@ def write_thresholds(found, device, batch_mb):
             table.setdefault(key, {}).update(per_dtype)  # dtypes not swept keep their entry
     table["device"] = device
     table["about"] = (
-        "Largest n (max of m, n) for which ferrax's batched small-matrix GPU kernels beat "
-        "jaxlib end to end at every smaller swept n; above it ferrax.install() keeps jaxlib's "
+        "Largest n (max of m, n) for which ferrax's GPU targets (PTX kernels up to 64, "
+        "cuSOLVER/cuBLAS past them) beat jaxlib end to end at every smaller swept n; above it "
+        "ferrax.install() keeps jaxlib's "
         f"lowering. benches/linalg_sweep.py on {device}, jax {jax.__version__}, "
         f"{datetime.date.today()}, batches of {batch_mb} MB.")
     THRESHOLDS.write_text(json.dumps(table, indent=2) + "\n")

@@ -64,3 +64,26 @@ def test_explicit_getrf_lowers_to_ferrax_on_cuda():
     (np.float64, 64, 64, {"cusolver_geqrf_ffi", "cusolver_orgqr_ffi"})])
 def test_qr(installed, dtype, m, n, targets):
     assert cuda_targets(jnp.linalg.qr, spec((100, m, n), dtype)) == targets
+
+
+def test_ormqr_stays_with_jaxlib_until_measured(installed):
+    """ferrax_ormqr (cuSOLVER only) has a threshold of 0 until the H200 sweep measures it."""
+    specs = (spec((5, 40, 30), np.float32), spec((5, 30), np.float32), spec((5, 40, 8), np.float32))
+    assert cuda_targets(jax.lax.linalg.ormqr, *specs) == {"cusolver_ormqr_ffi"}
+    with ferrax._install.ferrax_on_gpu_everywhere():
+        assert cuda_targets(jax.lax.linalg.ormqr, *specs) == {"ferrax_ormqr"}
+
+
+@pytest.mark.parametrize("n", [128, 512])
+def test_every_order_can_go_to_ferrax(installed, n):
+    """Past the kernels ferrax's targets use cuSOLVER/cuBLAS; routed there on request."""
+    with ferrax._install.ferrax_on_gpu_everywhere():
+        assert cuda_targets(jax.lax.linalg.lu, spec((4, n, n), np.float64)) == {
+            "ferrax_getrf", "ferrax_lu_pivots_to_permutation"}
+        assert cuda_targets(jnp.linalg.cholesky, spec((4, n, n), np.complex64)) == {
+            "ferrax_potrf"}
+        assert cuda_targets(jnp.linalg.qr, spec((4, n, n), np.float32)) == {
+            "ferrax_geqrf", "ferrax_orgqr"}
+    # The context restores the measured table.
+    assert cuda_targets(jax.lax.linalg.lu, spec((4, n, n), np.float64)) == {
+        "cusolver_getrf_ffi", "ferrax_lu_pivots_to_permutation"}

@@ -24,8 +24,10 @@ own target name, in both places.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
+import sys
 import threading
 import types
 
@@ -105,35 +107,62 @@ def _threefry2x32_cuda(ctx, *args):
 _GPU_THRESHOLDS = json.loads((pathlib.Path(__file__).parent / "gpu_thresholds.json").read_text())
 
 
-def _small_on_gpu(op, aval):
-    """Whether ferrax's small-matrix GPU kernels take ``aval`` (static shape, measured faster
-    than jaxlib at this size: ``gpu_thresholds.json``)."""
+def _ferrax_on_gpu(op, aval):
+    """Whether ferrax's GPU target takes ``aval`` (static shape, matrices up to the order
+    measured faster than jaxlib: ``gpu_thresholds.json``). The target takes every order, with
+    its PTX kernels for small matrices and cuSOLVER/cuBLAS (by other rules than jaxlib's) past
+    them; above the threshold jaxlib's own lowering stays."""
     limit = _GPU_THRESHOLDS[op].get(np.dtype(aval.dtype).name, 0)
     return all(core.is_constant_dim(d) for d in aval.shape) and max(aval.shape[-2:]) <= limit
+
+
+@contextlib.contextmanager
+def ferrax_on_gpu_everywhere():
+    """While active, install() lowers every matrix size of the GPU linear-algebra ops to
+    ferrax's targets, past the measured thresholds too (benchmarks and tests of those
+    targets)."""
+    every = {op: {name: sys.maxsize for name in ("float32", "float64", "complex64", "complex128")}
+             for op, limits in _GPU_THRESHOLDS.items() if isinstance(limits, dict)}
+    saved = dict(_GPU_THRESHOLDS)
+    _GPU_THRESHOLDS.update(every)
+    jax.clear_caches()  # lowerings made before would be reused
+    try:
+        yield
+    finally:
+        _GPU_THRESHOLDS.clear()
+        _GPU_THRESHOLDS.update(saved)
+        jax.clear_caches()
 
 
 def _lu_cuda(ctx, operand):
     # jax's own rule either way: with the "cpu" prefix it names its target through
     # prepare_lapack_call, i.e. ferrax_getrf, whose CUDA handler keeps the same contract.
-    prefix = "cpu" if _small_on_gpu("getrf", ctx.avals_in[0]) else "cu"
+    prefix = "cpu" if _ferrax_on_gpu("getrf", ctx.avals_in[0]) else "cu"
     return lax_linalg._lu_cpu_gpu_lowering(ctx, operand, target_name_prefix=prefix)
 
 
 def _cholesky_cuda(ctx, operand):
-    if _small_on_gpu("potrf", ctx.avals_in[0]):
+    if _ferrax_on_gpu("potrf", ctx.avals_in[0]):
         return lax_linalg._cholesky_cpu_lowering(ctx, operand)  # -> ferrax_potrf, uplo 'L'
     return lax_linalg._cholesky_gpu_lowering(ctx, operand, target_name_prefix="cu")
 
 
 def _geqrf_cuda(ctx, operand):
-    prefix = "cpu" if _small_on_gpu("geqrf", ctx.avals_in[0]) else "cu"
+    prefix = "cpu" if _ferrax_on_gpu("geqrf", ctx.avals_in[0]) else "cu"
     return lax_linalg._geqrf_cpu_gpu_lowering(ctx, operand, target_name_prefix=prefix)
 
 
 def _householder_product_cuda(ctx, a, taus):
-    prefix = "cpu" if _small_on_gpu("orgqr", ctx.avals_in[0]) else "cu"
+    prefix = "cpu" if _ferrax_on_gpu("orgqr", ctx.avals_in[0]) else "cu"
     return lax_linalg._householder_product_cpu_gpu_lowering(ctx, a, taus,
                                                             target_name_prefix=prefix)
+
+
+def _ormqr_cuda(ctx, a, taus, c, *, left, transpose):
+    # Sized by c, as jaxlib's choice between its batched kernel and cuSOLVER's loop.
+    prefix = "cpu" if _ferrax_on_gpu("ormqr", ctx.avals_in[2]) else "cu"
+    return lax_linalg._ormqr_cpu_gpu_lowering(ctx, a, taus, c, left=left, transpose=transpose,
+                                              target_name_prefix=prefix)
 
 
 def _small_lapack_matrices(aval, limit):
@@ -259,6 +288,7 @@ def _routes():
         ("cuda", lax_linalg.cholesky_p, _cholesky_cuda),
         ("cuda", lax_linalg.geqrf_p, _geqrf_cuda),
         ("cuda", lax_linalg.householder_product_p, _householder_product_cuda),
+        ("cuda", lax_linalg.ormqr_p, _ormqr_cuda),
         ("cuda", lax_linalg.cholesky_update_p,
          mlir.lower_fun(_cholesky_update, multiple_results=False)),
         ("cpu", lax_linalg.lu_p, _lu_cpu),

@@ -104,6 +104,7 @@ targets!(
     (ops::potrf::TARGET, "CUDA", ops::potrf::ferrax_cuda_potrf),
     (ops::qr::GEQRF_TARGET, "CUDA", ops::qr::ferrax_cuda_geqrf),
     (ops::qr::ORGQR_TARGET, "CUDA", ops::qr::ferrax_cuda_orgqr),
+    (ops::qr::ORMQR_TARGET, "CUDA", ops::qr::ferrax_cuda_ormqr),
     (
         ops::cholesky_update::TARGET,
         "CUDA",

@@ -2,15 +2,20 @@
 //! `lapack_?getrf_ffi` / `cusolver_getrf_ffi`: column-major `[..., m, n]` in, packed LU
 //! (aliasing the input), 1-based S32 pivots `[..., min(m, n)]` and S32 `info` `[...]` out.
 
+use crate::cuda::cublas::{Batched, Blas};
+use crate::cuda::cusolver::{Dense, Solver};
 use crate::cuda::param;
-use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, Stream, ThreadPool};
+use crate::ffi::{
+    Buffer, DataType, MatrixBatch, NativeType, Result, ScratchAllocator, Stream, ThreadPool,
+};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    by_lanes, for_each_chunk, gpu_in_place, gpu_scalar_kind, lapack_dim, routine,
-    small_matrix_launch, InPlace, Layout, SharedMut,
+    by_lanes, for_each_chunk, gpu_in_place, gpu_scalar_kind, lapack_dim, routine, small_kernel,
+    GpuLibrary, InPlace, Layout, SharedMut,
 };
 use ferrax_cpu_fallback::Lapack;
+use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::small::lanes::{self, LANES};
 use ferrax_kernels::small::{getf2, Scalar};
 use std::ffi::CStr;
@@ -153,10 +158,11 @@ fn getrf_typed<T: NativeType + Lapack + Scalar>(
 }
 
 ffi_handler! {
-    /// Batched LU of small matrices on the GPU (ferrax's PTX kernels, up to 64×64; jax's own
-    /// cuSOLVER lowering serves larger ones).
+    /// Batched LU on the GPU: ferrax's PTX kernels for small matrices (up to 64×64), cuBLAS's
+    /// batched or cuSOLVER's looped getrf for the rest.
     pub fn ferrax_cuda_getrf = TARGET;
     ctx stream: Stream;
+    ctx scratch: ScratchAllocator;
     arg a: Buffer;
     ret lu: Buffer;
     ret ipiv: Buffer;
@@ -167,6 +173,7 @@ ffi_handler! {
 
 fn getrf_cuda(
     stream: Stream,
+    scratch: ScratchAllocator<'_>,
     a: Buffer<'_>,
     lu: Buffer<'_>,
     ipiv: Buffer<'_>,
@@ -181,9 +188,32 @@ fn getrf_cuda(
     if shape.rows == 0 || shape.cols == 0 {
         return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
     }
-    let config = small_matrix_launch(TARGET, shape, |m, n, batch| {
+    let Some(config) = small_kernel(shape, |m, n, batch| {
         ferrax_kernels::small::getrf_launch(kind, m, n, batch)
-    })?;
+    }) else {
+        let library = GpuLibrary {
+            gpu: &gpu,
+            scratch: &scratch,
+        };
+        let dims = [
+            lapack_dim(&a, shape.rows)?,
+            lapack_dim(&a, shape.cols)?,
+            lapack_dim(&a, shape.batch)?,
+        ];
+        let (lu, ipiv, info) = (lu.data_ptr(), ipiv.data_ptr(), info.data_ptr());
+        return dispatch_lapack!(
+            a,
+            getrf_library(
+                library,
+                shape,
+                dims,
+                kind,
+                lu.cast(),
+                ipiv.cast(),
+                info.cast()
+            )
+        );
+    };
     let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
     let (lu, ipiv, info) = (lu.data_ptr(), ipiv.data_ptr(), info.data_ptr());
     let mut params = [
@@ -196,4 +226,99 @@ fn getrf_cuda(
     ];
     // SAFETY: batch column-major m×n matrices, min(m, n) pivots and one info each.
     unsafe { gpu.launch(&config, &mut params) }
+}
+
+/// Whether cuBLAS's `getrfBatched` (one call for the batch) beats a loop of cuSOLVER's `getrf`:
+/// PyTorch's rule (`get_lu_factor_solver_backend`, PR #185344), fitted on about 3800
+/// measurements over H100, A100, L40 and RTX 5090 — cuBLAS's batched kernel costs about the
+/// same for any batch, the loop grows with it, so cuBLAS wins up to an order that grows with
+/// the batch (f32, batch 64: n ≈ 1091; f64: n ≈ 2915). Square matrices only.
+pub(crate) fn getrf_uses_cublas_batched(
+    kind: ScalarKind,
+    m: usize,
+    n: usize,
+    batch: usize,
+) -> bool {
+    if m != n || batch < 2 {
+        return false;
+    }
+    let b = batch as f64;
+    let cutoff = match (kind, batch) {
+        (ScalarKind::F32 | ScalarKind::C64, 2) => 8400.0 * b,
+        (ScalarKind::F64 | ScalarKind::C128, 2) => 2200.0 * b,
+        (ScalarKind::F32 | ScalarKind::C64, _) => 18600.0 * b,
+        (ScalarKind::F64, _) => 16600.0 * b * b.sqrt().floor(),
+        (ScalarKind::C128, _) => 5200.0 * b * b.sqrt().floor(),
+    };
+    (n * n) as f64 <= cutoff
+}
+
+/// LU of the batch (`dims`: m, n and the batch as cuSOLVER's integers) in place in `lu`, with
+/// cuBLAS or cuSOLVER.
+fn getrf_library<T: Dense + Batched>(
+    library: GpuLibrary<'_>,
+    shape: MatrixBatch,
+    [m, n, batch]: [i32; 3],
+    kind: ScalarKind,
+    lu: *mut T,
+    ipiv: *mut i32,
+    info: *mut i32,
+) -> Result<()> {
+    let (k, matrix_len) = (shape.rows.min(shape.cols), shape.matrix_len());
+    if getrf_uses_cublas_batched(kind, shape.rows, shape.cols, shape.batch) {
+        let pointers = library.batch_pointers(lu, matrix_len, shape.batch)?;
+        // SAFETY: `batch` pointers to n×n matrices, n pivots and one info each.
+        return Blas::on(library.gpu)?.run("getrfBatched", |h| unsafe {
+            T::getrf_batched(h, n, pointers, m, ipiv, info, batch)
+        });
+    }
+    let solver = Solver::on(library.gpu)?;
+    // SAFETY: a size query on a matrix of the batch.
+    let lwork = solver.lwork("getrf_bufferSize", |h, lwork| unsafe {
+        T::getrf_buffer_size(h, m, n, lu, m, lwork)
+    })?;
+    let work = library.workspace::<T>(lwork)?;
+    for b in 0..shape.batch {
+        // SAFETY: matrix b (m×n, leading dimension m), its k pivots and its info; the
+        // workspace is reused in stream order.
+        solver.run("getrf", |h| unsafe {
+            T::getrf(
+                h,
+                m,
+                n,
+                lu.add(b * matrix_len),
+                m,
+                work,
+                ipiv.add(b * k),
+                info.add(b),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worked examples of PyTorch's rule: cuBLAS up to n = 1091 (f32) and 2915 (f64) for
+    /// 64 matrices.
+    #[test]
+    fn cublas_batched_lu_up_to_pytorchs_orders() {
+        assert!(getrf_uses_cublas_batched(ScalarKind::F32, 1091, 1091, 64));
+        assert!(!getrf_uses_cublas_batched(ScalarKind::F32, 1092, 1092, 64));
+        assert!(getrf_uses_cublas_batched(ScalarKind::F64, 2915, 2915, 64));
+        assert!(!getrf_uses_cublas_batched(ScalarKind::F64, 2916, 2916, 64));
+        assert!(getrf_uses_cublas_batched(ScalarKind::C64, 128, 128, 1024));
+        assert!(getrf_uses_cublas_batched(ScalarKind::C128, 512, 512, 16));
+        // Two matrices: cuBLAS only for smaller orders (f64 up to sqrt(2200·2) ≈ 66).
+        assert!(getrf_uses_cublas_batched(ScalarKind::F64, 66, 66, 2));
+        assert!(!getrf_uses_cublas_batched(ScalarKind::F64, 67, 67, 2));
+    }
+
+    #[test]
+    fn rectangular_or_single_lu_goes_to_cusolver() {
+        assert!(!getrf_uses_cublas_batched(ScalarKind::F32, 128, 96, 4096));
+        assert!(!getrf_uses_cublas_batched(ScalarKind::F32, 128, 128, 1));
+    }
 }

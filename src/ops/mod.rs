@@ -22,7 +22,6 @@ use crate::ffi::{Buffer, Error, MatrixBatch, NativeType, Result, ThreadPool};
 use ferrax_cpu_fallback::Lapack;
 pub(crate) use ferrax_kernels::small::lanes::Layout;
 use num_complex::Complex;
-use std::ffi::CStr;
 
 /// The element type of a GPU linear-algebra operand, or an error naming the operand.
 pub(crate) fn gpu_scalar_kind(buffer: &Buffer<'_>) -> Result<ferrax_kernels::launch::ScalarKind> {
@@ -38,26 +37,49 @@ pub(crate) fn gpu_scalar_kind(buffer: &Buffer<'_>) -> Result<ferrax_kernels::lau
     })
 }
 
-/// The launch of a small-matrix GPU kernel for `shape` (`plan` gets m, n and the batch), or
-/// an UNIMPLEMENTED error naming the target where there is none.
-pub(crate) fn small_matrix_launch(
-    target: &CStr,
+/// The launch of ferrax's small-matrix GPU kernel for `shape` (`plan` gets m, n and the batch),
+/// if one takes it; the GPU handlers give the rest to cuSOLVER or cuBLAS.
+pub(crate) fn small_kernel(
     shape: MatrixBatch,
     plan: impl FnOnce(u32, u32, u64) -> Option<ferrax_kernels::launch::LaunchConfig>,
-) -> Result<ferrax_kernels::launch::LaunchConfig> {
+) -> Option<ferrax_kernels::launch::LaunchConfig> {
     (shape.rows <= 64 && shape.cols <= 64)
         .then(|| plan(shape.rows as u32, shape.cols as u32, shape.batch as u64))
         .flatten()
-        .ok_or_else(|| {
-            Error::unimplemented(format!(
-                "{}: no GPU kernel for {}×{} matrices of this dtype (ferrax's small-matrix \
-                 kernels stop at 64×64, less for some ops and for complex128); with ferrax \
-                 installed, jax's own cuSOLVER lowering takes these",
-                target.to_string_lossy(),
-                shape.rows,
-                shape.cols
-            ))
-        })
+}
+
+/// What a GPU handler's cuSOLVER/cuBLAS path needs besides its operands: XLA's stream (with
+/// the context current) and XLA's scratch allocator for workspaces and pointer arrays.
+#[derive(Clone, Copy)]
+pub(crate) struct GpuLibrary<'a> {
+    pub gpu: &'a crate::cuda::GpuStream,
+    pub scratch: &'a crate::ffi::ScratchAllocator<'a>,
+}
+
+impl GpuLibrary<'_> {
+    /// Device workspace for `lwork` elements of `T`.
+    pub fn workspace<T>(&self, lwork: i32) -> Result<*mut T> {
+        let bytes = (lwork.max(1) as usize) * std::mem::size_of::<T>();
+        Ok(self.scratch.allocate(bytes, 16)?.cast())
+    }
+
+    /// One device integer for the `info` that cuSOLVER's geqrf, orgqr and ormqr write and
+    /// jaxlib's contracts have no result for (their `info < 0` means an invalid argument,
+    /// which the handlers' checks rule out).
+    pub fn ignored_info(&self) -> Result<*mut i32> {
+        Ok(self.scratch.allocate(4, 4)?.cast())
+    }
+
+    /// A device array of `count` pointers `base + i·stride` (elements of `T`).
+    pub fn batch_pointers<T>(
+        &self,
+        base: *mut T,
+        stride: usize,
+        count: usize,
+    ) -> Result<*mut *mut T> {
+        self.gpu
+            .batch_pointers(self.scratch, base, stride * std::mem::size_of::<T>(), count)
+    }
 }
 
 /// XLA's stream for a GPU handler that factors `a` in place in `out`: checks `out` against

@@ -11,13 +11,17 @@
 //!   column to move up front) in; `x_out` (as geqrf's), `jpvt_out` (1-based column pivots) and
 //!   `tau` `[..., min(m, n)]` out, the first two aliasing the inputs.
 
+use crate::cuda::cublas::{Batched, Blas};
+use crate::cuda::cusolver::{Dense, Op, Side, Solver};
 use crate::cuda::param;
-use crate::ffi::{Buffer, DataType, Error, MatrixBatch, Result, Stream, ThreadPool};
+use crate::ffi::{
+    Buffer, DataType, Error, MatrixBatch, Result, ScratchAllocator, Stream, ThreadPool,
+};
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
     for_each_chunk, for_each_parallel, gpu_in_place, gpu_scalar_kind, lapack_dim, query_lwork,
-    routine, small_matrix_launch, transpose, Scalar, SharedMut,
+    routine, small_kernel, transpose, GpuLibrary, Scalar, SharedMut,
 };
 use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
 use ferrax_kernels::small::qr::{self as small_qr, QrScalar};
@@ -165,6 +169,60 @@ fn orgqr_shapes(x: &Buffer<'_>, tau: &Buffer<'_>) -> Result<(MatrixBatch, usize)
         }
     };
     Ok((shape, k))
+}
+
+/// The shapes of ormqr's operands: the reflectors' matrices, c's, and the reflector count k.
+struct OrmqrShapes {
+    reflectors: MatrixBatch,
+    c: MatrixBatch,
+    k: usize,
+}
+
+/// Checks ormqr's operands against the reflectors `a [..., q, a_cols]`: `c [..., q, n]` (left)
+/// or `[..., m, q]` (right) and `tau [..., k]` with k <= min(q, a_cols), both of a's dtype.
+fn ormqr_shapes(
+    a: &Buffer<'_>,
+    tau: &Buffer<'_>,
+    c: &Buffer<'_>,
+    left: bool,
+) -> Result<OrmqrShapes> {
+    let reflectors = MatrixBatch::of(a)?;
+    let batch_dims = reflectors.batch_dims(a);
+    let q_order = reflectors.rows;
+    c.expect_dtype(a.dtype())?;
+    let shape = MatrixBatch::of(c)?;
+    // Q (q_order x q_order) meets c's rows from the left, its columns from the right.
+    let (meets, expected) = if left {
+        (shape.rows, format!("[{q_order}, n]"))
+    } else {
+        (shape.cols, format!("[m, {q_order}]"))
+    };
+    if shape.batch_dims(c) != batch_dims || meets != q_order {
+        return Err(c.mismatch(
+            format!(
+                "shape {batch_dims:?} + {expected} (left = {left}, a's shape {:?})",
+                a.dims()
+            ),
+            format!("shape {:?}", c.dims()),
+        ));
+    }
+    tau.expect_dtype(a.dtype())?;
+    // LAPACK reads k reflectors, a's first k columns, each of length q_order.
+    let max_k = reflectors.rows.min(reflectors.cols);
+    let k = match tau.dims().split_last() {
+        Some((&k, tau_batch)) if tau_batch == batch_dims && k as usize <= max_k => k as usize,
+        _ => {
+            return Err(tau.mismatch(
+                format!("shape {batch_dims:?} + [k] with k <= {max_k}"),
+                format!("shape {:?}", tau.dims()),
+            ))
+        }
+    };
+    Ok(OrmqrShapes {
+        reflectors,
+        c: shape,
+        k,
+    })
 }
 
 /// Up to this many rows and columns the CPU geqrf and orgqr handlers run in Rust
@@ -480,38 +538,13 @@ fn ormqr_typed<T: Scalar>(
     left: bool,
     transpose: bool,
 ) -> Result<()> {
-    let reflectors = MatrixBatch::of(&a)?;
-    let batch_dims = reflectors.batch_dims(&a);
+    a.expect_dtype(T::DTYPE)?;
+    let OrmqrShapes {
+        reflectors,
+        c: shape,
+        k,
+    } = ormqr_shapes(&a, &tau, &c, left)?;
     let q_order = reflectors.rows;
-    c.expect_dtype(T::DTYPE)?;
-    let shape = MatrixBatch::of(&c)?;
-    // Q (q_order x q_order) meets c's rows from the left, its columns from the right.
-    let (meets, expected) = if left {
-        (shape.rows, format!("[{q_order}, n]"))
-    } else {
-        (shape.cols, format!("[m, {q_order}]"))
-    };
-    if shape.batch_dims(&c) != batch_dims || meets != q_order {
-        return Err(c.mismatch(
-            format!(
-                "shape {batch_dims:?} + {expected} (left = {left}, a's shape {:?})",
-                a.dims()
-            ),
-            format!("shape {:?}", c.dims()),
-        ));
-    }
-    tau.expect_dtype(T::DTYPE)?;
-    // LAPACK reads k reflectors, a's first k columns, each of length q_order.
-    let max_k = reflectors.rows.min(reflectors.cols);
-    let k = match tau.dims().split_last() {
-        Some((&k, tau_batch)) if tau_batch == batch_dims && k as usize <= max_k => k as usize,
-        _ => {
-            return Err(tau.mismatch(
-                format!("shape {batch_dims:?} + [k] with k <= {max_k}"),
-                format!("shape {:?}", tau.dims()),
-            ))
-        }
-    };
     let side = if left { b'L' } else { b'R' } as c_char;
     // Real ?ormqr takes 'T', complex ?unmqr 'C': Q^T or Q^H, jax's `transpose` either way.
     let complex = matches!(T::DTYPE, DataType::C64 | DataType::C128);
@@ -774,10 +807,11 @@ macro_rules! geqp3_complex {
 geqp3_complex!(f32, f64);
 
 ffi_handler! {
-    /// Batched Householder QR of small matrices on the GPU (ferrax's PTX kernels; jax's own
-    /// cuSOLVER lowering serves larger ones).
+    /// Batched Householder QR on the GPU: ferrax's PTX kernels for small matrices, cuBLAS's
+    /// batched or cuSOLVER's looped geqrf for the rest.
     pub fn ferrax_cuda_geqrf = GEQRF_TARGET;
     ctx stream: Stream;
+    ctx scratch: ScratchAllocator;
     arg x: Buffer;
     ret x_out: Buffer;
     ret tau: Buffer;
@@ -785,27 +819,99 @@ ffi_handler! {
     body = geqrf_cuda;
 }
 
-fn geqrf_cuda(stream: Stream, x: Buffer<'_>, x_out: Buffer<'_>, tau: Buffer<'_>) -> Result<()> {
+fn geqrf_cuda(
+    stream: Stream,
+    scratch: ScratchAllocator<'_>,
+    x: Buffer<'_>,
+    x_out: Buffer<'_>,
+    tau: Buffer<'_>,
+) -> Result<()> {
     let kind = gpu_scalar_kind(&x)?;
     let shape = geqrf_shapes(&x, &tau)?;
     if shape.batch == 0 || shape.matrix_len() == 0 {
         return x_out.expect_dims(x.dims());
     }
-    let config = small_matrix_launch(GEQRF_TARGET, shape, |m, n, batch| {
-        ferrax_kernels::small::qr::geqrf_launch(kind, m, n, batch)
-    })?;
-    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
     let gpu = gpu_in_place(stream, &x, &x_out, shape, kind)?;
     let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
+    let Some(config) = small_kernel(shape, |m, n, batch| {
+        ferrax_kernels::small::qr::geqrf_launch(kind, m, n, batch)
+    }) else {
+        let library = GpuLibrary {
+            gpu: &gpu,
+            scratch: &scratch,
+        };
+        let dims = [
+            lapack_dim(&x, shape.rows)?,
+            lapack_dim(&x, shape.cols)?,
+            lapack_dim(&x, shape.batch)?,
+        ];
+        return dispatch_lapack!(x, geqrf_library(library, shape, dims, a.cast(), tau.cast()));
+    };
+    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
     let mut params = [param(&a), param(&tau), param(&m), param(&n), param(&batch)];
     // SAFETY: batch column-major m×n matrices and min(m, n) taus each.
     unsafe { gpu.launch(&config, &mut params) }
 }
 
+/// Whether cuBLAS's `geqrfBatched` (one call for the batch) beats a loop of cuSOLVER's
+/// `geqrf`: PyTorch's rule (up to 256 rows, and at least one matrix per 16 rows; PR #56253's
+/// measurements, e.g. 128 2×2 matrices f64 24.7 µs batched vs 1676 µs looped). jaxlib's own
+/// rule (`m / batch <= 128`, integer division) takes cuBLAS for any order once the batch is
+/// large, where it is slow (512×512, 16 matrices: jaxlib's QR 255 ms, PyTorch's loop 29.7).
+pub(crate) fn geqrf_uses_cublas_batched(m: usize, batch: usize) -> bool {
+    m <= 256 && batch >= (m / 16).max(2)
+}
+
+/// Householder QR of the batch (`dims`: m, n and the batch) in place in `a`, taus in `tau`.
+fn geqrf_library<T: Dense + Batched>(
+    library: GpuLibrary<'_>,
+    shape: MatrixBatch,
+    [m, n, batch]: [i32; 3],
+    a: *mut T,
+    tau: *mut T,
+) -> Result<()> {
+    let (k, matrix_len) = (shape.rows.min(shape.cols), shape.matrix_len());
+    if geqrf_uses_cublas_batched(shape.rows, shape.batch) {
+        let matrices = library.batch_pointers(a, matrix_len, shape.batch)?;
+        let taus = library.batch_pointers(tau, k, shape.batch)?;
+        let mut info = 0;
+        // SAFETY: `batch` pointers to m×n matrices and to their k taus; `info` is on the host.
+        Blas::on(library.gpu)?.run("geqrfBatched", |h| unsafe {
+            T::geqrf_batched(h, m, n, matrices, m, taus, &mut info, batch)
+        })?;
+        return check_info("geqrfBatched", info);
+    }
+    let solver = Solver::on(library.gpu)?;
+    // SAFETY: a size query on a matrix of the batch.
+    let lwork = solver.lwork("geqrf_bufferSize", |h, lwork| unsafe {
+        T::geqrf_buffer_size(h, m, n, a, m, lwork)
+    })?;
+    let (work, info) = (library.workspace::<T>(lwork)?, library.ignored_info()?);
+    for b in 0..shape.batch {
+        // SAFETY: matrix b and its k taus; workspace and info are reused in stream order.
+        solver.run("geqrf", |h| unsafe {
+            T::geqrf(
+                h,
+                m,
+                n,
+                a.add(b * matrix_len),
+                m,
+                tau.add(b * k),
+                work,
+                lwork,
+                info,
+            )
+        })?;
+    }
+    Ok(())
+}
+
 ffi_handler! {
-    /// Q from Householder reflectors of small matrices on the GPU (ferrax's PTX kernels).
+    /// Q from Householder reflectors on the GPU: ferrax's PTX kernels for small matrices,
+    /// cuSOLVER's looped orgqr/ungqr for the rest.
     pub fn ferrax_cuda_orgqr = ORGQR_TARGET;
     ctx stream: Stream;
+    ctx scratch: ScratchAllocator;
     arg x: Buffer;
     arg tau: Buffer;
     ret x_out: Buffer;
@@ -813,24 +919,45 @@ ffi_handler! {
     body = orgqr_cuda;
 }
 
-fn orgqr_cuda(stream: Stream, x: Buffer<'_>, tau: Buffer<'_>, x_out: Buffer<'_>) -> Result<()> {
+fn orgqr_cuda(
+    stream: Stream,
+    scratch: ScratchAllocator<'_>,
+    x: Buffer<'_>,
+    tau: Buffer<'_>,
+    x_out: Buffer<'_>,
+) -> Result<()> {
     let kind = gpu_scalar_kind(&x)?;
     let (shape, k) = orgqr_shapes(&x, &tau)?;
     if shape.batch == 0 || shape.matrix_len() == 0 {
         return x_out.expect_dims(x.dims());
     }
+    let gpu = gpu_in_place(stream, &x, &x_out, shape, kind)?;
+    let reflectors = lapack_dim(&tau, k)?;
+    let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
     // k <= n <= 64 once a kernel takes the shape.
-    let config = small_matrix_launch(ORGQR_TARGET, shape, |m, n, batch| {
+    let Some(config) = small_kernel(shape, |m, n, batch| {
         ferrax_kernels::small::qr::orgqr_launch(kind, m, n, k as u32, batch)
-    })?;
+    }) else {
+        let library = GpuLibrary {
+            gpu: &gpu,
+            scratch: &scratch,
+        };
+        let dims = [
+            lapack_dim(&x, shape.rows)?,
+            lapack_dim(&x, shape.cols)?,
+            reflectors,
+        ];
+        return dispatch_lapack!(
+            x,
+            orgqr_library(library, shape, dims, a.cast(), tau.cast_const().cast())
+        );
+    };
     let (m, n, k, batch) = (
         shape.rows as u32,
         shape.cols as u32,
         k as u32,
         shape.batch as u64,
     );
-    let gpu = gpu_in_place(stream, &x, &x_out, shape, kind)?;
-    let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
     let mut params = [
         param(&a),
         param(&tau),
@@ -841,4 +968,179 @@ fn orgqr_cuda(stream: Stream, x: Buffer<'_>, tau: Buffer<'_>, x_out: Buffer<'_>)
     ];
     // SAFETY: batch column-major m×n reflector matrices and k taus each.
     unsafe { gpu.launch(&config, &mut params) }
+}
+
+/// Q's first n columns from k reflectors per matrix (`dims`: m, n, k), in place in `a`, one
+/// cuSOLVER call per matrix (it has no batched orgqr).
+fn orgqr_library<T: Dense>(
+    library: GpuLibrary<'_>,
+    shape: MatrixBatch,
+    [m, n, k]: [i32; 3],
+    a: *mut T,
+    tau: *const T,
+) -> Result<()> {
+    let (matrix_len, taus) = (shape.matrix_len(), k as usize);
+    let solver = Solver::on(library.gpu)?;
+    // SAFETY: a size query on a matrix of the batch.
+    let lwork = solver.lwork("orgqr_bufferSize", |h, lwork| unsafe {
+        T::orgqr_buffer_size(h, m, n, k, a, m, tau, lwork)
+    })?;
+    let (work, info) = (library.workspace::<T>(lwork)?, library.ignored_info()?);
+    for b in 0..shape.batch {
+        // SAFETY: matrix b and its k taus; workspace and info are reused in stream order.
+        solver.run("orgqr", |h| unsafe {
+            T::orgqr(
+                h,
+                m,
+                n,
+                k,
+                a.add(b * matrix_len),
+                m,
+                tau.add(b * taus),
+                work,
+                lwork,
+                info,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+ffi_handler! {
+    /// Multiplication by Q from Householder reflectors on the GPU: cuSOLVER's ormqr/unmqr,
+    /// one call per matrix.
+    pub fn ferrax_cuda_ormqr = ORMQR_TARGET;
+    ctx stream: Stream;
+    ctx scratch: ScratchAllocator;
+    arg a: Buffer;
+    arg tau: Buffer;
+    arg c: Buffer;
+    ret c_out: Buffer;
+    attr left: bool;
+    attr transpose: bool;
+    traits = 0;
+    body = ormqr_cuda;
+}
+
+#[allow(clippy::too_many_arguments)] // one parameter per operand, as ffi_handler! passes them
+fn ormqr_cuda(
+    stream: Stream,
+    scratch: ScratchAllocator<'_>,
+    a: Buffer<'_>,
+    tau: Buffer<'_>,
+    c: Buffer<'_>,
+    c_out: Buffer<'_>,
+    left: bool,
+    transpose: bool,
+) -> Result<()> {
+    let kind = gpu_scalar_kind(&a)?;
+    let shapes = ormqr_shapes(&a, &tau, &c, left)?;
+    let shape = shapes.c;
+    if shape.batch == 0 {
+        return c_out.expect_dims(c.dims());
+    }
+    let gpu = gpu_in_place(stream, &c, &c_out, shape, kind)?;
+    // cuSOLVER's quick return as LAPACK's: an empty c, or no reflectors (Q = I).
+    if shape.matrix_len() == 0 || shapes.k == 0 {
+        return Ok(());
+    }
+    let library = GpuLibrary {
+        gpu: &gpu,
+        scratch: &scratch,
+    };
+    // Real ormqr takes OP_T, complex unmqr OP_C: Q^T or Q^H, jax's `transpose` either way.
+    let complex = matches!(a.dtype(), DataType::C64 | DataType::C128);
+    let operation = match (transpose, complex) {
+        (false, _) => Op::CUBLAS_OP_N,
+        (true, false) => Op::CUBLAS_OP_T,
+        (true, true) => Op::CUBLAS_OP_C,
+    };
+    let side = if left {
+        Side::CUBLAS_SIDE_LEFT
+    } else {
+        Side::CUBLAS_SIDE_RIGHT
+    };
+    let dims = [
+        lapack_dim(&c, shape.rows)?,
+        lapack_dim(&c, shape.cols)?,
+        lapack_dim(&tau, shapes.k)?,
+        lapack_dim(&a, shapes.reflectors.rows)?,
+    ];
+    let (a, tau, c) = (a.data_ptr(), tau.data_ptr(), c_out.data_ptr());
+    dispatch_lapack!(
+        c_out,
+        ormqr_library(
+            library,
+            &shapes,
+            (side, operation),
+            dims,
+            a.cast_const().cast(),
+            tau.cast_const().cast(),
+            c.cast()
+        )
+    )
+}
+
+/// Q c, Q^H c, c Q or c Q^H in place in `c` (`dims`: c's m and n, k, and a's leading
+/// dimension, Q's order), one cuSOLVER call per matrix.
+fn ormqr_library<T: Dense>(
+    library: GpuLibrary<'_>,
+    shapes: &OrmqrShapes,
+    (side, operation): (Side, Op),
+    [m, n, k, lda]: [i32; 4],
+    a: *const T,
+    tau: *const T,
+    c: *mut T,
+) -> Result<()> {
+    let (a_len, c_len, taus) = (
+        shapes.reflectors.matrix_len(),
+        shapes.c.matrix_len(),
+        shapes.k,
+    );
+    let solver = Solver::on(library.gpu)?;
+    // SAFETY: a size query on a matrix of the batch.
+    let lwork = solver.lwork("ormqr_bufferSize", |h, lwork| unsafe {
+        T::ormqr_buffer_size(h, side, operation, m, n, k, a, lda, tau, c, m, lwork)
+    })?;
+    let (work, info) = (library.workspace::<T>(lwork)?, library.ignored_info()?);
+    for b in 0..shapes.c.batch {
+        // SAFETY: matrix b of a (k reflectors of length lda), its k taus and matrix b of c;
+        // workspace and info are reused in stream order.
+        solver.run("ormqr", |h| unsafe {
+            T::ormqr(
+                h,
+                side,
+                operation,
+                m,
+                n,
+                k,
+                a.add(b * a_len),
+                lda,
+                tau.add(b * taus),
+                c.add(b * c_len),
+                m,
+                work,
+                lwork,
+                info,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cublas_batched_qr_for_many_matrices_of_up_to_256_rows() {
+        assert!(geqrf_uses_cublas_batched(128, 1024));
+        assert!(geqrf_uses_cublas_batched(256, 16));
+        assert!(!geqrf_uses_cublas_batched(256, 15));
+        assert!(!geqrf_uses_cublas_batched(257, 1 << 20));
+        // The case jaxlib's rule sends to cuBLAS: 16 matrices of 512×512.
+        assert!(!geqrf_uses_cublas_batched(512, 16));
+        assert!(!geqrf_uses_cublas_batched(8, 1));
+        assert!(geqrf_uses_cublas_batched(8, 2));
+    }
 }
