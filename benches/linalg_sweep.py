@@ -39,7 +39,7 @@ OPS = {
     # c <- Q c with a's reflectors and a's first row for taus (any values time the same).
     "ormqr": (lambda a: jax.lax.linalg.ormqr(a, a[..., 0, :], a), "qr", ("ormqr",)),
 }
-# Past 64 only ferrax's library path (cuSOLVER/cuBLAS, chosen by other rules than jaxlib's).
+# Up to 128 ferrax's PTX kernels (shared memory allowing), past it its cuSOLVER/cuBLAS path.
 SIZES = (2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512)
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 THRESHOLDS = pathlib.Path(ferrax.__file__).parent / "gpu_thresholds.json"
@@ -120,7 +120,7 @@ def write_thresholds(found, device, batch_mb):
             table.setdefault(key, {}).update(per_dtype)  # dtypes not swept keep their entry
     table["device"] = device
     table["about"] = (
-        "Largest n (max of m, n) for which ferrax's GPU targets (PTX kernels up to 64, "
+        "Largest n (max of m, n) for which ferrax's GPU targets (PTX kernels up to 128, "
         "cuSOLVER/cuBLAS past them) beat jaxlib end to end at every smaller swept n; above it "
         "ferrax.install() keeps jaxlib's "
         f"lowering. benches/linalg_sweep.py on {device}, jax {jax.__version__}, "

@@ -208,8 +208,6 @@ def _spd(rng, batch, n, dtype):
 def test_getrf_matches_cpu_and_reconstructs(gpu, dtype, batch, m, n, rng, random_matrix,
                                            assert_close):
     a = random_matrix(batch + (m, n), dtype)
-    if max(m, n) > 55 and dtype == np.complex128:
-        pytest.skip("complex128 above 55×55 is cuSOLVER's (test_getrf_library_reconstructs)")
     (lu, ipiv, info), hlo = on(gpu, ferrax.linalg.getrf, a)
     assert "ferrax_getrf" in hlo
     cpu = ferrax.linalg.getrf(a)  # LAPACK: the same unblocked algorithm, pivots identical
@@ -303,7 +301,7 @@ def test_geqrf_raw_call_matches_cpu(gpu, random_matrix, assert_close):
     assert_close(got[1], np.asarray(want[1]), np.float64, "reconstruct")
 
 
-# --- past the kernels: cuSOLVER and cuBLAS inside ferrax's targets ---------------------------
+# --- past the lanes kernels: the block kernels (up to 128), then cuSOLVER and cuBLAS ----------
 
 def _relative_residual(got, want):
     """max |got - want| over max |want| and the order: rounding-level for a backward-stable
@@ -333,11 +331,13 @@ def _lu_product(lu, ipiv):
     return out
 
 
-# (batch, m, n): cuBLAS getrfBatched (many square), cuSOLVER getrf (one, or rectangular).
+# (batch, m, n): the block kernel (to 128; c128 128×128 does not fit), then cuBLAS
+# getrfBatched (many square), cuSOLVER getrf (one, or rectangular).
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
-@pytest.mark.parametrize("batch, m, n", [((3,), 80, 80), ((64,), 128, 128), ((1,), 200, 200),
-                                         ((4,), 100, 70), ((2,), 70, 100)], ids=str)
-def test_getrf_library_reconstructs(gpu, dtype, batch, m, n, random_matrix):
+@pytest.mark.parametrize("batch, m, n", [((8,), 100, 100), ((3,), 128, 70), ((2,), 70, 128),
+                                         ((64,), 128, 128), ((3,), 160, 160), ((1,), 200, 200),
+                                         ((4,), 150, 130)], ids=str)
+def test_getrf_past_the_lanes_reconstructs(gpu, dtype, batch, m, n, random_matrix):
     a = random_matrix(batch + (m, n), dtype)
     (lu, ipiv, info), hlo = on(gpu, ferrax.linalg.getrf, a)
     assert "ferrax_getrf" in hlo
@@ -347,9 +347,9 @@ def test_getrf_library_reconstructs(gpu, dtype, batch, m, n, random_matrix):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128])
-@pytest.mark.parametrize("batch", [(3,), (1,)], ids=str)  # cuBLAS batched, cuSOLVER
-def test_getrf_library_singular_reports_info(gpu, dtype, batch, random_matrix):
-    a = random_matrix(batch + (80, 80), dtype)
+@pytest.mark.parametrize("batch, n", [((3,), 80), ((3,), 160), ((1,), 160)], ids=str)
+def test_getrf_past_the_lanes_singular_reports_info(gpu, dtype, batch, n, random_matrix):
+    a = random_matrix(batch + (n, n), dtype)
     a[0, :, 5] = 0
     if batch[0] > 1:
         a[1] = 0
@@ -357,9 +357,11 @@ def test_getrf_library_singular_reports_info(gpu, dtype, batch, random_matrix):
     np.testing.assert_array_equal(info, np.asarray(ferrax.linalg.getrf(a)[2]))
 
 
+# (batch, n): the block kernel, cuSOLVER potrf (one matrix), potrfBatched.
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
-@pytest.mark.parametrize("batch, n", [((5,), 80), ((1,), 150), ((2, 3), 96)], ids=str)
-def test_cholesky_library_reconstructs(gpu, dtype, batch, n, rng):
+@pytest.mark.parametrize("batch, n", [((5,), 80), ((2, 3), 128), ((1,), 150), ((4,), 140)],
+                         ids=str)
+def test_cholesky_past_the_lanes_reconstructs(gpu, dtype, batch, n, rng):
     a = _spd(rng, batch, n, dtype)
     a[(0,) * len(batch)] = -np.eye(n)  # not positive definite: NaN, as jax's
     ferrax.install()
@@ -374,11 +376,12 @@ def test_cholesky_library_reconstructs(gpu, dtype, batch, n, rng):
     np.testing.assert_array_equal(lower, np.tril(lower))
 
 
-# (batch, m, n): cuSOLVER geqrf (few matrices, or more than 256 rows), cuBLAS geqrfBatched.
+# (batch, m, n): the block kernels (to 128), then cuSOLVER geqrf (few matrices, or more than
+# 256 rows) or cuBLAS geqrfBatched, and cuSOLVER orgqr.
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
-@pytest.mark.parametrize("batch, m, n", [((4,), 100, 80), ((20,), 96, 96), ((2,), 300, 200),
-                                         ((9,), 70, 100)], ids=str)
-def test_qr_library_matches_stock(gpu, dtype, batch, m, n, random_matrix, assert_close):
+@pytest.mark.parametrize("batch, m, n", [((4,), 100, 80), ((20,), 128, 128), ((9,), 70, 100),
+                                         ((2,), 300, 200), ((24,), 200, 150)], ids=str)
+def test_qr_past_the_lanes_matches_stock(gpu, dtype, batch, m, n, random_matrix, assert_close):
     a = random_matrix(batch + (m, n), dtype)
     stock, _ = on(gpu, jnp.linalg.qr, a)
     ferrax.install()
@@ -397,7 +400,7 @@ def test_qr_library_matches_stock(gpu, dtype, batch, m, n, random_matrix, assert
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("left", [True, False])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_ormqr_library_matches_q(gpu, dtype, left, transpose, random_matrix):
+def test_ormqr_cusolver_matches_q(gpu, dtype, left, transpose, random_matrix):
     a = random_matrix((3, 40, 30), dtype)
     c = random_matrix((3, 40, 20) if left else (3, 20, 40), dtype)
     reflectors, taus = jax.lax.linalg.geqrf(a)

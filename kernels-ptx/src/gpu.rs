@@ -175,22 +175,26 @@ mod small_entries {
 }
 
 /// Batched small Householder QR (`crate::small::qr`): `geqrf` entries `(a, tau, m, n, batch)`
-/// and `orgqr`/`ungqr` entries `(a, tau, m, n, k, batch)`, one per element type and `W`;
-/// `qr::geqrf_launch` / `qr::orgqr_launch` pick one.
+/// and `orgqr`/`ungqr` entries `(a, tau, m, n, k, batch)`, one per element type and `W` (the
+/// lanes kernels) or `block`; `qr::geqrf_launch` / `qr::orgqr_launch` pick one.
 macro_rules! small_qr {
-    ($t:ty: $($w:literal: $geqrf:ident, $orgqr:ident;)*) => {$(
+    ($t:ty: $($w:tt: $geqrf:ident, $orgqr:ident;)*) => {$(
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $geqrf(a: *mut $t, tau: *mut $t, m: u32, n: u32, batch: u64) {
-            crate::small::qr::geqrf_rows::<$t, $w>(a, tau, m, n, batch)
+            small_qr!(@geqrf $t, $w)(a, tau, m, n, batch)
         }
 
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $orgqr(
             a: *mut $t, tau: *const $t, m: u32, n: u32, k: u32, batch: u64,
         ) {
-            crate::small::qr::orgqr_rows::<$t, $w>(a, tau, m, n, k, batch)
+            small_qr!(@orgqr $t, $w)(a, tau, m, n, k, batch)
         }
     )*};
+    (@geqrf $t:ty, block) => { crate::small::qr::geqrf_block::<$t> };
+    (@geqrf $t:ty, $w:literal) => { crate::small::qr::geqrf_rows::<$t, $w> };
+    (@orgqr $t:ty, block) => { crate::small::qr::orgqr_block::<$t> };
+    (@orgqr $t:ty, $w:literal) => { crate::small::qr::orgqr_rows::<$t, $w> };
 }
 
 mod small_qr_entries {
@@ -201,18 +205,22 @@ mod small_qr_entries {
     small_qr!(f32: 4: ferrax_geqrf_small_f32_w4, ferrax_orgqr_small_f32_w4;
         8: ferrax_geqrf_small_f32_w8, ferrax_orgqr_small_f32_w8;
         16: ferrax_geqrf_small_f32_w16, ferrax_orgqr_small_f32_w16;
-        32: ferrax_geqrf_small_f32_w32, ferrax_orgqr_small_f32_w32;);
+        32: ferrax_geqrf_small_f32_w32, ferrax_orgqr_small_f32_w32;
+        block: ferrax_geqrf_small_f32_block, ferrax_orgqr_small_f32_block;);
     small_qr!(f64: 4: ferrax_geqrf_small_f64_w4, ferrax_orgqr_small_f64_w4;
         8: ferrax_geqrf_small_f64_w8, ferrax_orgqr_small_f64_w8;
         16: ferrax_geqrf_small_f64_w16, ferrax_orgqr_small_f64_w16;
-        32: ferrax_geqrf_small_f64_w32, ferrax_orgqr_small_f64_w32;);
+        32: ferrax_geqrf_small_f64_w32, ferrax_orgqr_small_f64_w32;
+        block: ferrax_geqrf_small_f64_block, ferrax_orgqr_small_f64_block;);
     small_qr!(C64: 4: ferrax_geqrf_small_c64_w4, ferrax_orgqr_small_c64_w4;
         8: ferrax_geqrf_small_c64_w8, ferrax_orgqr_small_c64_w8;
         16: ferrax_geqrf_small_c64_w16, ferrax_orgqr_small_c64_w16;
-        32: ferrax_geqrf_small_c64_w32, ferrax_orgqr_small_c64_w32;);
+        32: ferrax_geqrf_small_c64_w32, ferrax_orgqr_small_c64_w32;
+        block: ferrax_geqrf_small_c64_block, ferrax_orgqr_small_c64_block;);
     small_qr!(C128: 4: ferrax_geqrf_small_c128_w4, ferrax_orgqr_small_c128_w4;
         8: ferrax_geqrf_small_c128_w8, ferrax_orgqr_small_c128_w8;
-        16: ferrax_geqrf_small_c128_w16, ferrax_orgqr_small_c128_w16;);
+        16: ferrax_geqrf_small_c128_w16, ferrax_orgqr_small_c128_w16;
+        block: ferrax_geqrf_small_c128_block, ferrax_orgqr_small_c128_block;);
     // No c128 geqrf at W = 32: its 32 columns of 16 bytes plus xLARFG's temporaries exceed 255
     // registers (ptxas spills); `qr::geqrf_launch` refuses those sizes.
     #[no_mangle]

@@ -9,7 +9,8 @@
 //!   not data movement: each lane tracks the position its row currently holds, and the row is
 //!   stored at its final position. The block's matrices are staged through shared memory so
 //!   that global loads and stores are contiguous.
-//! * **block** (`max(m, n) ≤ 64`): one block per matrix, the matrix in shared memory.
+//! * **block** (`max(m, n) ≤ 128`): one block per matrix, the matrix in shared memory (as
+//!   much as the device lets a block opt in to).
 //!
 //! Both follow LAPACK's unblocked algorithms operation for operation (`xGETF2`: pivot = first
 //! max of `|re| + |im|`, scale by the reciprocal unless the pivot is below the safe minimum,
@@ -642,8 +643,15 @@ pub unsafe fn potrf_rows<T: Scalar, const W: usize>(
     stage_out(a.add((first * nn as u64) as usize), shared, count * nn, n);
 }
 
-/// Threads of the block kernels: a multiple of 32 at least `max(m, n)`, a power of two.
-pub const BLOCK_THREADS: u32 = 64;
+/// Threads of the block kernels: a power of two, at least 64 and at least `max(m, n)`.
+pub const fn block_threads(m: u32, n: u32) -> u32 {
+    let order = if m > n { m } else { n };
+    if order <= 64 {
+        64
+    } else {
+        order.next_power_of_two()
+    }
+}
 
 /// Shared layout of the block kernels: the padded matrix, then per-thread keys and tags.
 fn block_layout(m: u32, n: u32, size: usize, real: usize, threads: u32) -> (usize, usize, usize) {
@@ -856,7 +864,7 @@ impl Variant {
             5..=8 => Variant::Rows(8),
             9..=16 => Variant::Rows(16),
             17..=32 => Variant::Rows(32),
-            33..=64 => Variant::Block,
+            33..=128 => Variant::Block,
             _ => return None,
         })
     }
@@ -877,14 +885,17 @@ impl Variant {
 pub const MAX_SHARED_BYTES: usize = 48 << 10;
 
 /// `(variant, grid, block, shared bytes)` for `(m, n, batch)` with `threads` per block (`None`:
-/// the default; tests use small blocks). The host emulation needs
-/// [`HOST_EXCHANGE_BYTES_PER_THREAD`] more shared bytes per thread.
+/// the default; tests use small blocks). The lanes kernels keep to [`MAX_SHARED_BYTES`]; the
+/// block kernels (one matrix per block, up to 128×128) to `max_shared`, the device's opt-in
+/// limit per block. The host emulation needs [`HOST_EXCHANGE_BYTES_PER_THREAD`] more shared
+/// bytes per thread.
 pub fn plan(
     kind: ScalarKind,
     m: u32,
     n: u32,
     batch: u64,
     threads: Option<u32>,
+    max_shared: usize,
 ) -> Option<(Variant, u32, u32, usize)> {
     let variant = Variant::for_size(m.max(n))?;
     let size = kind.bytes();
@@ -892,7 +903,7 @@ pub fn plan(
         ScalarKind::F32 | ScalarKind::C64 => 4,
         _ => 8,
     };
-    let (threads, matrices_per_block, shared) = match variant {
+    let (threads, matrices_per_block, shared, limit) = match variant {
         Variant::Rows(w) => {
             // 128 threads, fewer while the staged matrices exceed the default shared memory
             // limit (c128 at 32×32: 64 threads, two matrices).
@@ -900,14 +911,20 @@ pub fn plan(
             while threads > 32 && staged_bytes(threads / w, m, n, size) > MAX_SHARED_BYTES {
                 threads /= 2;
             }
-            (threads, threads / w, staged_bytes(threads / w, m, n, size))
+            let shared = staged_bytes(threads / w, m, n, size);
+            (threads, threads / w, shared, MAX_SHARED_BYTES)
         }
         Variant::Block => {
-            let threads = threads.unwrap_or(BLOCK_THREADS);
-            (threads, 1, block_layout(m, n, size, real, threads).2)
+            let threads = threads.unwrap_or(block_threads(m, n));
+            (
+                threads,
+                1,
+                block_layout(m, n, size, real, threads).2,
+                max_shared,
+            )
         }
     };
-    if shared > MAX_SHARED_BYTES {
+    if shared > limit {
         return None;
     }
     let blocks = batch.div_ceil(matrices_per_block as u64);
@@ -988,10 +1005,17 @@ fn name(table: &[[&'static str; 5]; 4], kind: ScalarKind, variant: Variant) -> &
 
 /// The launch of `ferrax_getrf_small_<dtype>_<variant>(a: *mut T, ipiv: *mut i32,
 /// info: *mut i32, m: u32, n: u32, batch: u64)` (every variant takes these parameters), or
-/// `None` when `max(m, n) > 64` or the matrix does not fit in 48 KiB of shared memory (c128
-/// above about 55×55): use cuSOLVER. `grid == 0` (batch 0) means there is nothing to launch.
-pub fn getrf_launch(kind: ScalarKind, m: u32, n: u32, batch: u64) -> Option<LaunchConfig> {
-    let (variant, grid, block, shared) = plan(kind, m, n, batch, None)?;
+/// `None` when `max(m, n) > 128` or the matrix does not fit in `max_shared` bytes of shared
+/// memory (the device's opt-in limit per block; c128 128×128 never does): use cuSOLVER.
+/// `grid == 0` (batch 0) means there is nothing to launch.
+pub fn getrf_launch(
+    kind: ScalarKind,
+    m: u32,
+    n: u32,
+    batch: u64,
+    max_shared: usize,
+) -> Option<LaunchConfig> {
+    let (variant, grid, block, shared) = plan(kind, m, n, batch, None, max_shared)?;
     Some(LaunchConfig {
         kernel: name(&GETRF_NAMES, kind, variant),
         grid,
@@ -1002,8 +1026,13 @@ pub fn getrf_launch(kind: ScalarKind, m: u32, n: u32, batch: u64) -> Option<Laun
 
 /// The launch of `ferrax_potrf_small_<dtype>_<variant>(a: *mut T, info: *mut i32, n: u32,
 /// batch: u64, lower: u32)`, or `None` as for [`getrf_launch`].
-pub fn potrf_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig> {
-    let (variant, grid, block, shared) = plan(kind, n, n, batch, None)?;
+pub fn potrf_launch(
+    kind: ScalarKind,
+    n: u32,
+    batch: u64,
+    max_shared: usize,
+) -> Option<LaunchConfig> {
+    let (variant, grid, block, shared) = plan(kind, n, n, batch, None, max_shared)?;
     Some(LaunchConfig {
         kernel: name(&POTRF_NAMES, kind, variant),
         grid,

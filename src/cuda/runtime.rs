@@ -15,6 +15,7 @@ struct ContextModule {
     module: usize,
     functions: HashMap<&'static str, usize>,
     multiprocessors: u32,
+    max_shared_bytes: usize,
 }
 
 /// Per-context modules, keyed by `CUcontext`. XLA keeps its contexts for the life of the
@@ -104,6 +105,13 @@ impl GpuStream {
     /// Streaming multiprocessors of this stream's device (launch plans size grids by it).
     pub fn multiprocessors(&self) -> Result<u32> {
         self.with_module(|m| Ok(m.multiprocessors))
+    }
+
+    /// The most dynamic shared memory a block may opt in to on this stream's device (227 KiB
+    /// on Hopper): the block kernels' plans fit their matrices in it or leave them to the
+    /// libraries.
+    pub fn max_shared_bytes(&self) -> Result<usize> {
+        self.with_module(|m| Ok(m.max_shared_bytes))
     }
 
     fn function(&self, kernel: &'static str) -> Result<sys::CUfunction> {
@@ -229,10 +237,19 @@ fn load_module() -> Result<ContextModule> {
         )
     }
     .map_err(|e| driver_error("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)", e))?;
+    // SAFETY: as above.
+    let max_shared_bytes = unsafe {
+        result::device::get_attribute(
+            device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )
+    }
+    .map_err(|e| driver_error("cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)", e))?;
     Ok(ContextModule {
         module: module as usize,
         functions: HashMap::new(),
         multiprocessors: multiprocessors.max(1) as u32,
+        max_shared_bytes: max_shared_bytes.max(0) as usize,
     })
 }
 

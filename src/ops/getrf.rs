@@ -158,8 +158,8 @@ fn getrf_typed<T: NativeType + Lapack + Scalar>(
 }
 
 ffi_handler! {
-    /// Batched LU on the GPU: ferrax's PTX kernels for small matrices (up to 64×64), cuBLAS's
-    /// batched or cuSOLVER's looped getrf for the rest.
+    /// Batched LU on the GPU: ferrax's PTX kernels up to 128×128 (as shared memory allows),
+    /// cuBLAS's batched or cuSOLVER's looped getrf for the rest.
     pub fn ferrax_cuda_getrf = TARGET;
     ctx stream: Stream;
     ctx scratch: ScratchAllocator;
@@ -188,8 +188,9 @@ fn getrf_cuda(
     if shape.rows == 0 || shape.cols == 0 {
         return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
     }
+    let max_shared = gpu.max_shared_bytes()?;
     let Some(config) = small_kernel(shape, |m, n, batch| {
-        ferrax_kernels::small::getrf_launch(kind, m, n, batch)
+        ferrax_kernels::small::getrf_launch(kind, m, n, batch, max_shared)
     }) else {
         let library = GpuLibrary {
             gpu: &gpu,

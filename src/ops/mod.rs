@@ -43,9 +43,11 @@ pub(crate) fn small_kernel(
     shape: MatrixBatch,
     plan: impl FnOnce(u32, u32, u64) -> Option<ferrax_kernels::launch::LaunchConfig>,
 ) -> Option<ferrax_kernels::launch::LaunchConfig> {
-    (shape.rows <= 64 && shape.cols <= 64)
-        .then(|| plan(shape.rows as u32, shape.cols as u32, shape.batch as u64))
-        .flatten()
+    let (m, n) = (
+        u32::try_from(shape.rows).ok()?,
+        u32::try_from(shape.cols).ok()?,
+    );
+    plan(m, n, shape.batch as u64)
 }
 
 /// What a GPU handler's cuSOLVER/cuBLAS path needs besides its operands: XLA's stream (with

@@ -234,8 +234,8 @@ fn failed<T: Scalar>(out: &mut [T], n: usize) {
 }
 
 ffi_handler! {
-    /// Batched Cholesky on the GPU: ferrax's PTX kernels for small matrices (up to 64×64),
-    /// cuSOLVER's batched or single potrf for the rest.
+    /// Batched Cholesky on the GPU: ferrax's PTX kernels up to 128×128 (as shared memory
+    /// allows), cuSOLVER's batched or single potrf for the rest.
     pub fn ferrax_cuda_potrf = TARGET;
     ctx stream: Stream;
     ctx scratch: ScratchAllocator;
@@ -266,8 +266,9 @@ fn potrf_cuda(
         return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
     }
     let (factor, info) = (factor.data_ptr(), info.data_ptr());
+    let max_shared = gpu.max_shared_bytes()?;
     let Some(config) = small_kernel(shape, |n, _, batch| {
-        ferrax_kernels::small::potrf_launch(kind, n, batch)
+        ferrax_kernels::small::potrf_launch(kind, n, batch, max_shared)
     }) else {
         let library = GpuLibrary {
             gpu: &gpu,

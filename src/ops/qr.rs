@@ -807,8 +807,8 @@ macro_rules! geqp3_complex {
 geqp3_complex!(f32, f64);
 
 ffi_handler! {
-    /// Batched Householder QR on the GPU: ferrax's PTX kernels for small matrices, cuBLAS's
-    /// batched or cuSOLVER's looped geqrf for the rest.
+    /// Batched Householder QR on the GPU: ferrax's PTX kernels up to 128×128 (as shared
+    /// memory allows), cuBLAS's batched or cuSOLVER's looped geqrf for the rest.
     pub fn ferrax_cuda_geqrf = GEQRF_TARGET;
     ctx stream: Stream;
     ctx scratch: ScratchAllocator;
@@ -833,8 +833,9 @@ fn geqrf_cuda(
     }
     let gpu = gpu_in_place(stream, &x, &x_out, shape, kind)?;
     let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
+    let max_shared = gpu.max_shared_bytes()?;
     let Some(config) = small_kernel(shape, |m, n, batch| {
-        ferrax_kernels::small::qr::geqrf_launch(kind, m, n, batch)
+        ferrax_kernels::small::qr::geqrf_launch(kind, m, n, batch, max_shared)
     }) else {
         let library = GpuLibrary {
             gpu: &gpu,
@@ -907,8 +908,8 @@ fn geqrf_library<T: Dense + Batched>(
 }
 
 ffi_handler! {
-    /// Q from Householder reflectors on the GPU: ferrax's PTX kernels for small matrices,
-    /// cuSOLVER's looped orgqr/ungqr for the rest.
+    /// Q from Householder reflectors on the GPU: ferrax's PTX kernels up to 128×128 (as shared
+    /// memory allows), cuSOLVER's looped orgqr/ungqr for the rest.
     pub fn ferrax_cuda_orgqr = ORGQR_TARGET;
     ctx stream: Stream;
     ctx scratch: ScratchAllocator;
@@ -934,9 +935,10 @@ fn orgqr_cuda(
     let gpu = gpu_in_place(stream, &x, &x_out, shape, kind)?;
     let reflectors = lapack_dim(&tau, k)?;
     let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
-    // k <= n <= 64 once a kernel takes the shape.
+    // k <= n <= 128 once a kernel takes the shape.
+    let max_shared = gpu.max_shared_bytes()?;
     let Some(config) = small_kernel(shape, |m, n, batch| {
-        ferrax_kernels::small::qr::orgqr_launch(kind, m, n, k as u32, batch)
+        ferrax_kernels::small::qr::orgqr_launch(kind, m, n, k as u32, batch, max_shared)
     }) else {
         let library = GpuLibrary {
             gpu: &gpu,

@@ -9,11 +9,11 @@
 //! signs and phases those of stock jax in all but near-degenerate cases; the values differ by
 //! rounding only.
 
-use super::qr::{lapy, lapy2, larfg, QrReal, QrScalar, SEQUENTIAL_MAX_ROWS};
+use super::qr::{lapy, lapy2, larfg, QrReal, QrScalar};
 use super::Real;
 
 /// The largest order [`eigh`] takes (one column of the reduction is held in an array).
-pub const MAX_ORDER: usize = SEQUENTIAL_MAX_ROWS;
+pub const MAX_ORDER: usize = 32;
 
 /// Scratch elements of `T` that [`eigh`] needs for order `n`: the reduced matrix, `Q` before
 /// it is mirrored (upper triangle only) and the reflectors' `tau`.
@@ -271,7 +271,7 @@ fn hetd2_lower<T: QrScalar>(
     for i in 0..n - 1 {
         // xLARFG on h(i+1.., i): beta (real) at i+1, v below it.
         column[..n].copy_from_slice(&h[at(0, i)..at(n, i)]);
-        let taui = larfg::<T, MAX_ORDER>(&mut column, i + 1, n as u32);
+        let taui = larfg(&mut column, i + 1, n as u32);
         h[at(i + 1, i)..at(n, i)].copy_from_slice(&column[i + 1..n]);
         e[i] = column[i + 1].re();
         if taui != T::ZERO {

@@ -2,19 +2,22 @@
 //! reflectors below it, `tau`) and `orgqr`/`ungqr` (the first `n` columns of Q from them),
 //! column-major matrices back to back as in the parent module.
 //!
-//! One shape, **columns** (`max(m, n) ≤ 32`): a group of `W` lanes per matrix, lane `j` holding
+//! Two shapes. **Columns** (`max(m, n) ≤ 32`): a group of `W` lanes per matrix, lane `j` holding
 //! column `j` in registers. Unlike LU, every reduction of a Householder step runs down a
 //! column (the norm of the pivot column, the `vᴴ·A(:, j)` of each trailing column), so with a
 //! column per lane they are sequential sums inside one lane, in the order of LAPACK's
 //! reference `xNRM2`/`xGEMV`/`xGER`; the only traffic is broadcasting the reflector (one
 //! shuffle per element). The results equal a sequential `xGEQR2`/`xORG2R` bit for bit (the
 //! tests check this); they differ from an optimized LAPACK or cuSOLVER by rounding only.
+//! **Block** (up to 128, and complex128 past 16, whose 32 registers columns do not fit): one
+//! block per matrix in shared memory, a thread per column, the same operations in the same
+//! order ([`geqrf_block`], [`orgqr_block`]).
 
 use super::{
     dynamic_shared, lane_group, padded_bytes, shfl, stage, LaneGroup, Real, Scalar, Variant,
     MAX_SHARED_BYTES,
 };
-use crate::grid::sync_threads;
+use crate::grid::{block_dim_x, block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::launch::{LaunchConfig, ScalarKind};
 use core::ops::Neg;
 use num_complex::Complex;
@@ -101,20 +104,64 @@ macro_rules! qr_scalar {
 qr_scalar!(f32);
 qr_scalar!(f64);
 
-/// `xNRM2` of `x[lo..m]` (`lo` a constant after inlining): the plain sum of squares of the
-/// parts in order (Blue's algorithm for mid-range values, LAPACK ≥ 3.10); when that
-/// overflows or underflows, the sum again with the parts scaled by an exact power of two.
+/// A column the Householder helpers ([`larfg`]) work on: `W` registers (`[T; W]`), whose rows
+/// are visited by `unrolled!` so that every index is a constant after inlining, or memory (a
+/// slice), visited by a plain loop. Both see the same operations in the same order.
+pub trait Column<T: Copy> {
+    /// `f(self, r)` for each row `r` in `lo..m`, in order.
+    fn each_row(&mut self, lo: usize, m: u32, f: impl FnMut(&mut Self, usize));
+    fn at(&self, r: usize) -> T;
+    fn put(&mut self, r: usize, value: T);
+}
+
+impl<T: Copy, const W: usize> Column<T> for [T; W] {
+    #[inline(always)]
+    fn each_row(&mut self, lo: usize, m: u32, mut f: impl FnMut(&mut Self, usize)) {
+        unrolled!(r in 0..W, {
+            if r >= lo && (r as u32) < m {
+                f(self, r);
+            }
+        });
+    }
+    #[inline(always)]
+    fn at(&self, r: usize) -> T {
+        self[r]
+    }
+    #[inline(always)]
+    fn put(&mut self, r: usize, value: T) {
+        self[r] = value;
+    }
+}
+
+impl<T: Copy> Column<T> for [T] {
+    #[inline(always)]
+    fn each_row(&mut self, lo: usize, m: u32, mut f: impl FnMut(&mut Self, usize)) {
+        for r in lo..m as usize {
+            f(self, r);
+        }
+    }
+    #[inline(always)]
+    fn at(&self, r: usize) -> T {
+        self[r]
+    }
+    #[inline(always)]
+    fn put(&mut self, r: usize, value: T) {
+        self[r] = value;
+    }
+}
+
+/// `xNRM2` of `x[lo..m]` (`lo` a constant after inlining for registers): the plain sum of
+/// squares of the parts in order (Blue's algorithm for mid-range values, LAPACK ≥ 3.10); when
+/// that overflows or underflows, the sum again with the parts scaled by an exact power of two.
 #[inline(always)]
-fn nrm2<T: QrScalar, const W: usize>(x: &[T; W], lo: usize, m: u32) -> T::Real {
+fn nrm2<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, lo: usize, m: u32) -> T::Real {
     let zero = <T::Real as Real>::ZERO;
     let mut ssq = zero;
-    unrolled!(r in 0..W, {
-        if r >= lo && (r as u32) < m {
-            let (re, im) = (x[r].re(), x[r].im());
-            ssq = ssq + re * re;
-            if T::COMPLEX {
-                ssq = ssq + im * im;
-            }
+    x.each_row(lo, m, |x, r| {
+        let (re, im) = (x.at(r).re(), x.at(r).im());
+        ssq = ssq + re * re;
+        if T::COMPLEX {
+            ssq = ssq + im * im;
         }
     });
     let tiny = <T::Real as Real>::SAFE_MIN * <T::Real as Real>::UNDERFLOW_LIFT;
@@ -128,12 +175,10 @@ fn nrm2<T: QrScalar, const W: usize>(x: &[T; W], lo: usize, m: u32) -> T::Real {
     }
     // Rare (and lane-local: no shuffles, so divergence is harmless).
     let mut big = zero;
-    unrolled!(r in 0..W, {
-        if r >= lo && (r as u32) < m {
-            let (re, im) = (x[r].re().abs(), x[r].im().abs());
-            big = if re > big { re } else { big };
-            big = if im > big { im } else { big };
-        }
+    x.each_row(lo, m, |x, r| {
+        let (re, im) = (x.at(r).re().abs(), x.at(r).im().abs());
+        big = if re > big { re } else { big };
+        big = if im > big { im } else { big };
     });
     if big == zero || big == <T::Real as Real>::INFINITY {
         // All zero, or an infinity (big is never NaN: there is none here).
@@ -141,13 +186,11 @@ fn nrm2<T: QrScalar, const W: usize>(x: &[T; W], lo: usize, m: u32) -> T::Real {
     }
     let p = big.recip_pow2();
     let mut ssq = zero;
-    unrolled!(r in 0..W, {
-        if r >= lo && (r as u32) < m {
-            let (re, im) = (x[r].re() * p, x[r].im() * p);
-            ssq = ssq + re * re;
-            if T::COMPLEX {
-                ssq = ssq + im * im;
-            }
+    x.each_row(lo, m, |x, r| {
+        let (re, im) = (x.at(r).re() * p, x.at(r).im() * p);
+        ssq = ssq + re * re;
+        if T::COMPLEX {
+            ssq = ssq + im * im;
         }
     });
     ssq.sqrt() / p
@@ -189,17 +232,17 @@ pub(crate) fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
     w * (p * p + q * q + r * r).sqrt()
 }
 
-/// `xLARFG` on the column `x[i..m]` (`alpha = x[i]`; `i` a constant after inlining): leaves
-/// `beta` in `x[i]`, `v` below it, and returns `tau`.
+/// `xLARFG` on the column `x[i..m]` (`alpha = x[i]`; `i` a constant after inlining for
+/// registers): leaves `beta` in `x[i]`, `v` below it, and returns `tau`.
 #[inline(always)]
-pub(crate) fn larfg<T: QrScalar, const W: usize>(x: &mut [T; W], i: usize, m: u32) -> T {
+pub(crate) fn larfg<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, i: usize, m: u32) -> T {
     let zero = <T::Real as Real>::ZERO;
     // DLARFG returns for a column of one element (N ≤ 1); ZLARFG still makes it real.
     if !T::COMPLEX && i as u32 + 1 >= m {
         return T::ZERO;
     }
     let mut xnorm = nrm2(x, i + 1, m);
-    let (mut alphr, mut alphi) = (x[i].re(), x[i].im());
+    let (mut alphr, mut alphi) = (x.at(i).re(), x.at(i).im());
     if xnorm == zero && alphi == zero {
         return T::ZERO; // H = I
     }
@@ -213,11 +256,7 @@ pub(crate) fn larfg<T: QrScalar, const W: usize>(x: &mut [T; W], i: usize, m: u3
         // xNORM, BETA may be inaccurate; scale X and recompute them.
         loop {
             knt += 1;
-            unrolled!(r in 0..W, {
-                if r > i && (r as u32) < m {
-                    x[r] = x[r].scale(rsafmn);
-                }
-            });
+            x.each_row(i + 1, m, |x, r| x.put(r, x.at(r).scale(rsafmn)));
             beta = beta * rsafmn;
             alphi = alphi * rsafmn;
             alphr = alphr * rsafmn;
@@ -232,21 +271,13 @@ pub(crate) fn larfg<T: QrScalar, const W: usize>(x: &mut [T; W], i: usize, m: u3
     let alpha = T::from_re_im(alphr, alphi);
     // DSCAL by ONE / (ALPHA - BETA); ZSCAL by ZLADIV(ONE, ALPHA - BETA).
     let s = T::ONE.quotient(alpha - T::from_real(beta));
-    unrolled!(r in 0..W, {
-        if r > i && (r as u32) < m {
-            x[r] = s * x[r];
-        }
-    });
+    x.each_row(i + 1, m, |x, r| x.put(r, s * x.at(r)));
     for _ in 0..knt {
         beta = beta * safmin;
     }
-    x[i] = T::from_real(beta);
+    x.put(i, T::from_real(beta));
     tau
 }
-
-/// The most rows [`geqr2`] and [`org2r`] take (each `xLARFG` runs on one column copied into an
-/// array of this length).
-pub const SEQUENTIAL_MAX_ROWS: usize = 32;
 
 /// `xLARF('Left')` of the reflector `(1, v[1..])` and `tau` to the column `c` (as long as `v`),
 /// as the kernels apply it: `w = Σ conj(c[r])·v[r]` in order, then `c[r] += v[r]·(-tau·conj(w))`
@@ -268,26 +299,19 @@ pub fn larf<T: QrScalar>(v: &[T], tau: T, c: &mut [T]) {
     }
 }
 
-/// `xGEQR2` on one column-major `m×n` matrix (leading dimension `m ≤ SEQUENTIAL_MAX_ROWS`) as
-/// the GPU kernels compute it (their `xLARFG`, then [`larf`] on each trailing column), for the
-/// CPU handlers' tiny matrices: R on and above the diagonal, the reflectors below it, and
-/// `tau[..min(m, n)]`.
+/// `xGEQR2` on one column-major `m×n` matrix (leading dimension `m`) as the GPU kernels
+/// compute it (their `xLARFG`, then [`larf`] on each trailing column), for the CPU handlers'
+/// tiny matrices and as the kernels' reference: R on and above the diagonal, the reflectors
+/// below it, and `tau[..min(m, n)]`.
 ///
 /// # Panics
-/// If `m > SEQUENTIAL_MAX_ROWS` or a slice is too short.
+/// If a slice is too short.
 pub fn geqr2<T: QrScalar>(a: &mut [T], m: usize, n: usize, tau: &mut [T]) {
-    assert!(
-        m <= SEQUENTIAL_MAX_ROWS,
-        "geqr2 takes at most {SEQUENTIAL_MAX_ROWS} rows"
-    );
     let a = &mut a[..m * n];
-    let mut column = [T::ZERO; SEQUENTIAL_MAX_ROWS];
     for i in 0..m.min(n) {
         let (left, right) = a.split_at_mut((i + 1) * m);
         let col = &mut left[i * m..];
-        column[..m].copy_from_slice(col);
-        tau[i] = larfg::<T, SEQUENTIAL_MAX_ROWS>(&mut column, i, m as u32);
-        col[i..].copy_from_slice(&column[i..m]);
+        tau[i] = larfg(col, i, m as u32);
         for c in right.chunks_exact_mut(m) {
             larf(&col[i..], tau[i].conj(), &mut c[i..]);
         }
@@ -539,6 +563,151 @@ pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
     stage::<T, false>(global, shared, count * mn, m, ld);
 }
 
+/// Column `j` of the block kernels' matrix in shared memory (`m` rows, `ld` apart).
+///
+/// # Safety
+/// The matrix spans `n·ld` elements from `shared`, `j < n`, and no other thread writes the
+/// column while the slice lives.
+#[inline(always)]
+unsafe fn shared_column<'a, T>(shared: *mut T, ld: u32, m: u32, j: u32) -> &'a mut [T] {
+    core::slice::from_raw_parts_mut(shared.add((j * ld) as usize), m as usize)
+}
+
+/// `xGEQR2` with one block per `m×n` matrix (the **block** shape, past the lanes kernels: up
+/// to 128 rows and columns as shared memory allows), the matrix in shared memory: the thread
+/// owning column `i` runs `xLARFG` on it, then each trailing column gets [`larf`] from a
+/// thread of its own (the columns, `ld` apart with `ld` odd, sit in distinct banks). The same
+/// operations in the same order as [`geqr2`], so the results equal it bit for bit.
+///
+/// # Safety
+/// `a` holds `batch·m·n` elements, `tau` `batch·min(m, n)`; the launch is [`geqrf_launch`]'s.
+pub unsafe fn geqrf_block<T: QrScalar>(a: *mut T, tau: *mut T, m: u32, n: u32, batch: u64) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    let (mn, ld, kmin) = (m * n, ld(m), m.min(n));
+    let shared = dynamic_shared::<T>();
+    let taus = shared
+        .cast::<u8>()
+        .add(padded_bytes(1, ld, n, core::mem::size_of::<T>()))
+        .cast::<T>();
+    let mut b = block_idx_x() as u64;
+    while b < batch {
+        let global = a.add((b * mn as u64) as usize);
+        stage::<T, true>(global, shared, mn, m, ld);
+        sync_threads();
+        for i in 0..kmin {
+            if t == i {
+                *taus.add(i as usize) = larfg(shared_column(shared, ld, m, i), i as usize, m);
+            }
+            sync_threads();
+            // ZGEQR2 applies H(i)ᴴ: xLARF with conj(tau).
+            let ti = (*taus.add(i as usize)).conj();
+            let v = &shared_column(shared, ld, m, i)[i as usize..];
+            let mut j = i + 1 + t;
+            while j < n {
+                larf(v, ti, &mut shared_column(shared, ld, m, j)[i as usize..]);
+                j += nb;
+            }
+            sync_threads();
+        }
+        let mut i = t;
+        while i < kmin {
+            *tau.add((b * kmin as u64 + i as u64) as usize) = *taus.add(i as usize);
+            i += nb;
+        }
+        stage::<T, false>(global, shared, mn, m, ld);
+        sync_threads(); // before the next matrix overwrites shared memory
+        b += grid_dim_x() as u64;
+    }
+}
+
+/// `xORG2R`/`xUNG2R` with one block per `m×n` matrix (`k ≤ n ≤ m`), as [`geqrf_block`]: the
+/// trailing columns get [`larf`] from a thread each, then the reflector's own column is
+/// scaled in parallel over its rows. Equal to [`org2r`] bit for bit.
+///
+/// # Safety
+/// `a` holds `batch·m·n` elements, `tau` `batch·k`; the launch is [`orgqr_launch`]'s.
+pub unsafe fn orgqr_block<T: QrScalar>(
+    a: *mut T,
+    tau: *const T,
+    m: u32,
+    n: u32,
+    k: u32,
+    batch: u64,
+) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    let (mn, ld) = (m * n, ld(m));
+    let shared = dynamic_shared::<T>();
+    let mut b = block_idx_x() as u64;
+    while b < batch {
+        let global = a.add((b * mn as u64) as usize);
+        stage::<T, true>(global, shared, mn, m, ld);
+        sync_threads();
+        // Columns k.. start as those of the identity.
+        let mut e = t;
+        while e < (n - k) * m {
+            let (r, j) = (e % m, k + e / m);
+            *shared.add((j * ld + r) as usize) = if r == j { T::ONE } else { T::ZERO };
+            e += nb;
+        }
+        sync_threads();
+        for i in (0..k).rev() {
+            let ti = *tau.add((b * k as u64 + i as u64) as usize);
+            let v = &shared_column(shared, ld, m, i)[i as usize..];
+            let mut j = i + 1 + t;
+            while j < n {
+                larf(v, ti, &mut shared_column(shared, ld, m, j)[i as usize..]);
+                j += nb;
+            }
+            sync_threads();
+            let mut r = t;
+            while r < m {
+                let x = shared.add((i * ld + r) as usize);
+                *x = if r > i {
+                    -ti * *x
+                } else if r == i {
+                    T::ONE - ti
+                } else {
+                    T::ZERO
+                };
+                r += nb;
+            }
+            sync_threads();
+        }
+        stage::<T, false>(global, shared, mn, m, ld);
+        sync_threads();
+        b += grid_dim_x() as u64;
+    }
+}
+
+/// The largest order of the block kernels: one thread per column in a block of at most this
+/// many threads.
+pub const BLOCK_MAX_ORDER: u32 = 128;
+
+/// `(grid, block, shared bytes)` of the block kernels for `m×n` matrices, or `None` past
+/// [`BLOCK_MAX_ORDER`] or past `max_shared` bytes of shared memory (the device's opt-in limit
+/// per block: 227 KiB on Hopper, 163 KiB on A100, 99 KiB on Ada), which then leave the
+/// matrices to the libraries.
+pub fn block_plan(
+    kind: ScalarKind,
+    m: u32,
+    n: u32,
+    batch: u64,
+    max_shared: usize,
+) -> Option<(u32, u32, usize)> {
+    if m.max(n) > BLOCK_MAX_ORDER {
+        return None;
+    }
+    let size = kind.bytes();
+    // The matrix, then geqrf's taus.
+    let shared = padded_bytes(1, ld(m), n, size) + (m.min(n) as usize * size).div_ceil(16) * 16;
+    if shared > max_shared {
+        return None;
+    }
+    let threads = n.max(1).div_ceil(32) * 32;
+    // The kernels loop over the batch, so the grid can be capped.
+    Some((batch.min(1 << 20) as u32, threads, shared))
+}
+
 /// `(W, grid, block, shared bytes)` of the QR kernels for `m×n` matrices, `threads` per block
 /// (`None`: 128, fewer while the staged matrices exceed 48 KiB). The host emulation needs
 /// [`super::HOST_EXCHANGE_BYTES_PER_THREAD`] more shared bytes per thread.
@@ -626,24 +795,77 @@ fn geqrf_has_kernel(kind: ScalarKind, m: u32, n: u32) -> bool {
     kind != ScalarKind::C128 || m.max(n) <= 16
 }
 
-/// The launch of `ferrax_geqrf_small_<dtype>_w<W>(a: *mut T, tau: *mut T, m: u32, n: u32,
-/// batch: u64)`, or `None` when `max(m, n) > 32`, or > 16 for c128 (use cuSOLVER). `grid == 0` (batch 0) means
-/// there is nothing to launch.
-pub fn geqrf_launch(kind: ScalarKind, m: u32, n: u32, batch: u64) -> Option<LaunchConfig> {
-    if !geqrf_has_kernel(kind, m, n) {
-        return None;
+const GEQRF_BLOCK_NAMES: [&str; 4] = [
+    "ferrax_geqrf_small_f32_block",
+    "ferrax_geqrf_small_f64_block",
+    "ferrax_geqrf_small_c64_block",
+    "ferrax_geqrf_small_c128_block",
+];
+const ORGQR_BLOCK_NAMES: [&str; 4] = [
+    "ferrax_orgqr_small_f32_block",
+    "ferrax_orgqr_small_f64_block",
+    "ferrax_orgqr_small_c64_block",
+    "ferrax_orgqr_small_c128_block",
+];
+
+fn block_launch(
+    names: &[&'static str; 4],
+    kind: ScalarKind,
+    (grid, block, shared): (u32, u32, usize),
+) -> LaunchConfig {
+    let row = match kind {
+        ScalarKind::F32 => 0,
+        ScalarKind::F64 => 1,
+        ScalarKind::C64 => 2,
+        ScalarKind::C128 => 3,
+    };
+    LaunchConfig {
+        kernel: names[row],
+        grid,
+        block,
+        shared_bytes: shared as u32,
     }
-    Some(launch(&GEQRF_NAMES, kind, plan(kind, m, n, batch, None)?))
 }
 
-/// The launch of `ferrax_orgqr_small_<dtype>_w<W>(a: *mut T, tau: *const T, m: u32, n: u32,
-/// k: u32, batch: u64)` (complex: `ungqr`), or `None` when `m > 32` or the arguments break
-/// `k ≤ n ≤ m`.
-pub fn orgqr_launch(kind: ScalarKind, m: u32, n: u32, k: u32, batch: u64) -> Option<LaunchConfig> {
+/// The launch of `ferrax_geqrf_small_<dtype>_<w4|w8|w16|w32|block>(a: *mut T, tau: *mut T,
+/// m: u32, n: u32, batch: u64)`: the lanes kernels up to 32 (16 for c128), the block kernel
+/// up to [`BLOCK_MAX_ORDER`] within `max_shared` bytes of shared memory per block; `None`
+/// past those (use cuSOLVER). `grid == 0` (batch 0) means there is nothing to launch.
+pub fn geqrf_launch(
+    kind: ScalarKind,
+    m: u32,
+    n: u32,
+    batch: u64,
+    max_shared: usize,
+) -> Option<LaunchConfig> {
+    if geqrf_has_kernel(kind, m, n) {
+        if let Some(lanes) = plan(kind, m, n, batch, None) {
+            return Some(launch(&GEQRF_NAMES, kind, lanes));
+        }
+    }
+    let block = block_plan(kind, m, n, batch, max_shared)?;
+    Some(block_launch(&GEQRF_BLOCK_NAMES, kind, block))
+}
+
+/// The launch of `ferrax_orgqr_small_<dtype>_<w4|w8|w16|w32|block>(a: *mut T, tau: *const T,
+/// m: u32, n: u32, k: u32, batch: u64)` (complex: `ungqr`), sized as [`geqrf_launch`], or
+/// `None` when the arguments break `k ≤ n ≤ m`.
+pub fn orgqr_launch(
+    kind: ScalarKind,
+    m: u32,
+    n: u32,
+    k: u32,
+    batch: u64,
+    max_shared: usize,
+) -> Option<LaunchConfig> {
     if k > n || n > m {
         return None;
     }
-    Some(launch(&ORGQR_NAMES, kind, plan(kind, m, n, batch, None)?))
+    if let Some(lanes) = plan(kind, m, n, batch, None) {
+        return Some(launch(&ORGQR_NAMES, kind, lanes));
+    }
+    let block = block_plan(kind, m, n, batch, max_shared)?;
+    Some(block_launch(&ORGQR_BLOCK_NAMES, kind, block))
 }
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]

@@ -109,7 +109,8 @@ fn run_getrf<T: TestScalar>(
     batch: u64,
     threads: u32,
 ) -> (Vec<i32>, Vec<i32>) {
-    let (variant, grid_dim, block, shared) = plan(T::KIND, m, n, batch, Some(threads)).unwrap();
+    let (variant, grid_dim, block, shared) =
+        plan(T::KIND, m, n, batch, Some(threads), HOPPER_SHARED).unwrap();
     let mut ipiv = vec![-7; batch as usize * m.min(n) as usize];
     let mut info = vec![-7; batch as usize];
     let (pa, pp, pi) = (
@@ -139,7 +140,8 @@ fn run_potrf<T: TestScalar>(
     lower: bool,
     threads: u32,
 ) -> Vec<i32> {
-    let (variant, grid_dim, block, shared) = plan(T::KIND, n, n, batch, Some(threads)).unwrap();
+    let (variant, grid_dim, block, shared) =
+        plan(T::KIND, n, n, batch, Some(threads), HOPPER_SHARED).unwrap();
     let mut info = vec![-7; batch as usize];
     let (pa, pi) = (Ptr(a.as_mut_ptr()), Ptr(info.as_mut_ptr()));
     let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
@@ -334,11 +336,14 @@ fn getrf_all_sizes<T: TestScalar>() {
         (64, 64, 1, 64),
         (45, 17, 2, 64),
         (17, 45, 1, 64),
+        (100, 100, 2, 128),
+        (128, 70, 1, 128),
+        (70, 128, 1, 128),
     ]
     .iter()
     .enumerate()
     {
-        if plan(T::KIND, m, n, batch, Some(threads)).is_some() {
+        if plan(T::KIND, m, n, batch, Some(threads), HOPPER_SHARED).is_some() {
             getrf_case::<T>(m, n, batch, threads, 0x9e37_79b9_7f4a_7c15 + i as u64);
         }
     }
@@ -496,11 +501,13 @@ fn potrf_all<T: TestScalar>() {
         (32, 2, 32),
         (40, 2, 64),
         (64, 1, 64),
+        (100, 2, 128),
+        (128, 1, 128),
     ]
     .iter()
     .enumerate()
     {
-        if plan(T::KIND, n, n, batch, Some(threads)).is_none() {
+        if plan(T::KIND, n, n, batch, Some(threads), HOPPER_SHARED).is_none() {
             continue;
         }
         let nu = n as usize;
@@ -552,32 +559,53 @@ fn potrf_c128() {
     potrf_all::<Complex<f64>>();
 }
 
+/// Hopper's opt-in shared memory per block.
+const HOPPER_SHARED: usize = 227 << 10;
+
 #[test]
 fn plans() {
-    let lu = getrf_launch(ScalarKind::F32, 32, 32, 16384).unwrap();
+    let lu = getrf_launch(ScalarKind::F32, 32, 32, 16384, HOPPER_SHARED).unwrap();
     assert_eq!(lu.kernel, "ferrax_getrf_small_f32_w32");
     assert_eq!((lu.grid, lu.block), (4096, 128));
-    let chol = potrf_launch(ScalarKind::C128, 32, 3).unwrap();
+    let chol = potrf_launch(ScalarKind::C128, 32, 3, HOPPER_SHARED).unwrap();
     assert_eq!(
         (chol.kernel, chol.grid, chol.block),
         ("ferrax_potrf_small_c128_w32", 2, 64)
     );
     assert!(chol.shared_bytes as usize <= MAX_SHARED_BYTES);
     assert_eq!(
-        getrf_launch(ScalarKind::F64, 3, 40, 5).unwrap().kernel,
+        getrf_launch(ScalarKind::F64, 3, 40, 5, HOPPER_SHARED)
+            .unwrap()
+            .kernel,
         "ferrax_getrf_small_f64_block"
     );
     assert_eq!(
-        potrf_launch(ScalarKind::C64, 1, 0).unwrap().grid,
+        potrf_launch(ScalarKind::C64, 1, 0, HOPPER_SHARED)
+            .unwrap()
+            .grid,
         0,
         "batch 0: nothing to launch"
     );
-    assert!(getrf_launch(ScalarKind::F32, 65, 8, 1).is_none());
+    // The block kernels: 64 threads up to 64, then 128, within the device's shared memory.
+    let lu = getrf_launch(ScalarKind::F64, 128, 128, 1024, HOPPER_SHARED).unwrap();
+    assert_eq!(
+        (lu.kernel, lu.grid, lu.block),
+        ("ferrax_getrf_small_f64_block", 1024, 128)
+    );
+    assert_eq!(
+        getrf_launch(ScalarKind::F32, 65, 8, 1, HOPPER_SHARED)
+            .unwrap()
+            .block,
+        128
+    );
+    assert!(getrf_launch(ScalarKind::F32, 129, 8, 1, HOPPER_SHARED).is_none());
+    assert!(getrf_launch(ScalarKind::C128, 128, 128, 1, HOPPER_SHARED).is_none());
     assert!(
-        potrf_launch(ScalarKind::C128, 64, 1).is_none(),
+        potrf_launch(ScalarKind::C128, 64, 1, 48 << 10).is_none(),
         "64 KiB of shared memory"
     );
-    assert!(potrf_launch(ScalarKind::F64, 64, 1).is_some());
+    assert!(potrf_launch(ScalarKind::C128, 64, 1, HOPPER_SHARED).is_some());
+    assert!(potrf_launch(ScalarKind::F64, 64, 1, 48 << 10).is_some());
 }
 
 #[test]

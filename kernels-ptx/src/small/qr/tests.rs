@@ -10,15 +10,26 @@ use std::vec::Vec;
 trait QrTest: TestScalar + QrScalar {}
 impl<T: TestScalar + QrScalar> QrTest for T {}
 
+/// Runs the block kernel on a grid of at most two blocks (so that blocks loop over the batch).
+fn run_block(m: u32, n: u32, batch: u64, kind: ScalarKind, body: impl Fn() + Sync) {
+    let (grid_dim, block, shared) = block_plan(kind, m, n, batch, usize::MAX).unwrap();
+    grid::launch(grid_dim.min(2), block, shared, body);
+}
+
+/// geqrf by the kernel `geqrf_launch` would pick: lanes (with `threads` per block) or block.
 fn run_geqrf<T: QrTest>(a: &mut [T], m: u32, n: u32, batch: u64, threads: u32) -> Vec<T> {
-    assert!(
-        geqrf_has_kernel(T::KIND, m, n),
-        "no GPU entry for this size"
-    );
-    let (w, grid_dim, block, shared) = plan(T::KIND, m, n, batch, Some(threads)).unwrap();
     let mut tau =
         vec![<T as TestScalar>::from_parts(-7.0, 0.5); batch as usize * m.min(n) as usize];
     let (pa, pt) = (Ptr(a.as_mut_ptr()), Ptr(tau.as_mut_ptr()));
+    let lanes =
+        plan(T::KIND, m, n, batch, Some(threads)).filter(|_| geqrf_has_kernel(T::KIND, m, n));
+    let Some((w, grid_dim, block, shared)) = lanes else {
+        run_block(m, n, batch, T::KIND, move || unsafe {
+            let (a, tau) = (pa, pt);
+            geqrf_block::<T>(a.0, tau.0, m, n, batch)
+        });
+        return tau;
+    };
     let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
     grid::launch(grid_dim, block, scratch, move || unsafe {
         let (a, tau) = (pa, pt);
@@ -34,8 +45,14 @@ fn run_geqrf<T: QrTest>(a: &mut [T], m: u32, n: u32, batch: u64, threads: u32) -
 }
 
 fn run_orgqr<T: QrTest>(a: &mut [T], tau: &[T], m: u32, n: u32, k: u32, batch: u64, threads: u32) {
-    let (w, grid_dim, block, shared) = plan(T::KIND, m, n, batch, Some(threads)).unwrap();
     let (pa, pt) = (Ptr(a.as_mut_ptr()), Ptr(tau.as_ptr() as *mut T));
+    let Some((w, grid_dim, block, shared)) = plan(T::KIND, m, n, batch, Some(threads)) else {
+        run_block(m, n, batch, T::KIND, move || unsafe {
+            let (a, tau) = (pa, pt);
+            orgqr_block::<T>(a.0, tau.0, m, n, k, batch)
+        });
+        return;
+    };
     let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
     grid::launch(grid_dim, block, scratch, move || unsafe {
         let (a, tau) = (pa, pt);
@@ -188,11 +205,19 @@ const SHAPES: [(u32, u32, u64, u32); 15] = [
     (32, 32, 3, 64),
 ];
 
+/// Past the lanes kernels: the block kernels (whose threads are the plan's, one per column;
+/// the thread counts here serve the lanes orgqr of the wide 17×40's Q).
+const BLOCK_SHAPES: [(u32, u32, u64, u32); 6] = [
+    (33, 33, 3, 64),
+    (40, 17, 3, 64),
+    (17, 40, 2, 64),
+    (64, 64, 2, 64),
+    (100, 70, 2, 64),
+    (128, 128, 1, 64),
+];
+
 fn qr_all<T: QrTest>() {
-    for (i, &(m, n, batch, threads)) in SHAPES.iter().enumerate() {
-        if !geqrf_has_kernel(T::KIND, m, n) {
-            continue;
-        }
+    for (i, &(m, n, batch, threads)) in SHAPES.iter().chain(&BLOCK_SHAPES).enumerate() {
         let input =
             Rng(0x1234_5678_9abc_def1 + i as u64).matrices::<T>((batch * (m * n) as u64) as usize);
         qr_case::<T>(&input, m, n, batch, threads);
@@ -223,6 +248,7 @@ fn orgqr_partial<T: QrTest>() {
         (9, 9, 5, 2),
         (17, 11, 0, 2),
         (32, 20, 7, 3),
+        (70, 50, 20, 3), // the block kernel
     ]
     .iter()
     .enumerate()
@@ -326,40 +352,79 @@ fn scaled_inputs() {
     scaled::<Complex<f64>>(&[600, -1000]);
 }
 
+/// Hopper's opt-in shared memory per block, and Ada's.
+const HOPPER_SHARED: usize = 227 << 10;
+const ADA_SHARED: usize = 99 << 10;
+
 #[test]
 fn plans() {
-    let g = geqrf_launch(ScalarKind::F32, 32, 32, 16384).unwrap();
+    let g = geqrf_launch(ScalarKind::F32, 32, 32, 16384, HOPPER_SHARED).unwrap();
     assert_eq!(
         (g.kernel, g.grid, g.block),
         ("ferrax_geqrf_small_f32_w32", 4096, 128)
     );
-    assert!(
-        geqrf_launch(ScalarKind::C128, 17, 3, 1).is_none(),
-        "no c128 geqrf above 16"
-    );
-    let o = orgqr_launch(ScalarKind::C128, 32, 32, 32, 3).unwrap();
+    let o = orgqr_launch(ScalarKind::C128, 32, 32, 32, 3, HOPPER_SHARED).unwrap();
     assert_eq!(
         (o.kernel, o.grid, o.block),
         ("ferrax_orgqr_small_c128_w32", 2, 64)
     );
     assert!(o.shared_bytes as usize <= MAX_SHARED_BYTES);
     assert_eq!(
-        geqrf_launch(ScalarKind::C64, 3, 7, 5).unwrap().kernel,
+        geqrf_launch(ScalarKind::C64, 3, 7, 5, HOPPER_SHARED)
+            .unwrap()
+            .kernel,
         "ferrax_geqrf_small_c64_w8"
     );
     assert_eq!(
-        orgqr_launch(ScalarKind::F64, 4, 4, 2, 5).unwrap().kernel,
+        orgqr_launch(ScalarKind::F64, 4, 4, 2, 5, HOPPER_SHARED)
+            .unwrap()
+            .kernel,
         "ferrax_orgqr_small_f64_w4"
     );
     assert_eq!(
-        geqrf_launch(ScalarKind::F64, 16, 2, 0).unwrap().grid,
+        geqrf_launch(ScalarKind::F64, 16, 2, 0, HOPPER_SHARED)
+            .unwrap()
+            .grid,
         0,
         "batch 0"
     );
-    assert!(geqrf_launch(ScalarKind::F32, 33, 8, 1).is_none());
-    assert!(geqrf_launch(ScalarKind::F32, 8, 33, 1).is_none());
-    assert!(orgqr_launch(ScalarKind::F32, 8, 9, 8, 1).is_none(), "n > m");
-    assert!(orgqr_launch(ScalarKind::F32, 8, 4, 5, 1).is_none(), "k > n");
+    assert!(
+        orgqr_launch(ScalarKind::F32, 8, 9, 8, 1, HOPPER_SHARED).is_none(),
+        "n > m"
+    );
+    assert!(
+        orgqr_launch(ScalarKind::F32, 8, 4, 5, 1, HOPPER_SHARED).is_none(),
+        "k > n"
+    );
+}
+
+#[test]
+fn block_plans() {
+    // c128 past 16 (no lanes geqrf) and everything past 32: one block per matrix, a thread
+    // per column (rounded up to a warp), the padded matrix and the taus in shared memory.
+    let g = geqrf_launch(ScalarKind::C128, 17, 3, 5, HOPPER_SHARED).unwrap();
+    assert_eq!(
+        (g.kernel, g.grid, g.block),
+        ("ferrax_geqrf_small_c128_block", 5, 32)
+    );
+    let g = geqrf_launch(ScalarKind::F32, 128, 128, 1024, HOPPER_SHARED).unwrap();
+    assert_eq!(
+        (g.kernel, g.grid, g.block),
+        ("ferrax_geqrf_small_f32_block", 1024, 128)
+    );
+    assert_eq!(g.shared_bytes as usize, 129 * 128 * 4 + 128 * 4);
+    let o = orgqr_launch(ScalarKind::F64, 100, 70, 70, 1 << 30, HOPPER_SHARED).unwrap();
+    assert_eq!(
+        (o.kernel, o.grid, o.block),
+        ("ferrax_orgqr_small_f64_block", 1 << 20, 96)
+    );
+    // Past the shared memory of the device, or past 128: the libraries.
+    assert!(geqrf_launch(ScalarKind::F64, 128, 128, 1, HOPPER_SHARED).is_some());
+    assert!(geqrf_launch(ScalarKind::F64, 128, 128, 1, ADA_SHARED).is_none());
+    assert!(geqrf_launch(ScalarKind::C128, 128, 128, 1, HOPPER_SHARED).is_none());
+    assert!(geqrf_launch(ScalarKind::C128, 100, 100, 1, HOPPER_SHARED).is_some());
+    assert!(geqrf_launch(ScalarKind::F32, 129, 8, 1, HOPPER_SHARED).is_none());
+    assert!(orgqr_launch(ScalarKind::F32, 129, 8, 8, 1, HOPPER_SHARED).is_none());
 }
 
 #[test]
