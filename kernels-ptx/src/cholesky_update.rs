@@ -882,15 +882,6 @@ pub unsafe fn grouped<T: Elem, const G: usize>(r: *mut T, w: *mut T, n: u32, bat
     }
 }
 
-fn suffix(kind: ScalarKind) -> usize {
-    match kind {
-        ScalarKind::F32 => 0,
-        ScalarKind::F64 => 1,
-        ScalarKind::C64 => 2,
-        ScalarKind::C128 => 3,
-    }
-}
-
 const SMALL: [&str; 4] = [
     "ferrax_cholesky_update_small_f32",
     "ferrax_cholesky_update_small_f64",
@@ -951,7 +942,7 @@ pub fn launch_config(
             .div_ceil(per_block)
             .clamp(1, 64 * 32 / GROUPED_BLOCK as u64 * sms);
         let config = LaunchConfig {
-            kernel: GROUPED[g][suffix(kind)],
+            kernel: GROUPED[g][kind.index()],
             grid: blocks as u32,
             block: GROUPED_BLOCK,
             shared_bytes: 0,
@@ -966,7 +957,7 @@ pub fn launch_config(
             .unwrap_or(1);
         let warps = batch.clamp(1, 64 * sms);
         let config = LaunchConfig {
-            kernel: SMALL[suffix(kind)],
+            kernel: SMALL[kind.index()],
             grid: warps.div_ceil(warps_per_block as u64) as u32,
             block: warps_per_block * WARP as u32,
             shared_bytes: small_shared_bytes(kind, n, warps_per_block) as u32,
@@ -976,7 +967,7 @@ pub fn launch_config(
     let tickets = batch * (n as u64).div_ceil(WARP as u64);
     let warps = tickets.clamp(1, 16 * sms);
     let config = LaunchConfig {
-        kernel: LARGE[suffix(kind)],
+        kernel: LARGE[kind.index()],
         grid: warps.div_ceil(4) as u32,
         block: 4 * WARP as u32,
         shared_bytes: SLOT_BYTES as u32,

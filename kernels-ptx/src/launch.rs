@@ -22,6 +22,16 @@ pub enum ScalarKind {
 }
 
 impl ScalarKind {
+    /// Position in the kernels' per-type name tables: f32, f64, c64, c128.
+    pub const fn index(self) -> usize {
+        match self {
+            ScalarKind::F32 => 0,
+            ScalarKind::F64 => 1,
+            ScalarKind::C64 => 2,
+            ScalarKind::C128 => 3,
+        }
+    }
+
     pub const fn bytes(self) -> usize {
         match self {
             ScalarKind::F32 => 4,

@@ -985,12 +985,7 @@ const GETRF_NAMES: [[&str; 5]; 4] = names!("getrf");
 const POTRF_NAMES: [[&str; 5]; 4] = names!("potrf");
 
 fn name(table: &[[&'static str; 5]; 4], kind: ScalarKind, variant: Variant) -> &'static str {
-    let row = match kind {
-        ScalarKind::F32 => 0,
-        ScalarKind::F64 => 1,
-        ScalarKind::C64 => 2,
-        ScalarKind::C128 => 3,
-    };
+    let row = kind.index();
     let col = match variant {
         Variant::Rows(4) => 0,
         Variant::Rows(8) => 1,

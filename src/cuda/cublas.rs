@@ -2,8 +2,7 @@
 //! for a whole batch of matrices given as an array of device pointers, which beats a loop of
 //! cuSOLVER calls for many mid-size matrices. Handles are pooled per context as cuSOLVER's.
 
-use super::runtime::{GpuStream, HandlePool};
-use crate::ffi::{Error, Result};
+use super::runtime::{Bound, HandlePool, Library};
 use cudarc::cublas::sys;
 use num_complex::Complex;
 use std::ffi::c_int;
@@ -12,64 +11,32 @@ use std::sync::OnceLock;
 pub type Handle = sys::cublasHandle_t;
 pub type Status = sys::cublasStatus_t;
 
-static HANDLES: HandlePool = HandlePool::new();
+pub enum Cublas {}
 
-pub fn check(routine: &str, status: Status) -> Result<()> {
-    if status == Status::CUBLAS_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::internal(format!(
-            "cuBLAS {routine} failed: {status:?}"
-        )))
+impl Library for Cublas {
+    const NAME: &'static str = "cuBLAS (libcublas.so)";
+    type Context = sys::cublasContext;
+    type Status = Status;
+    const SUCCESS: Status = Status::CUBLAS_STATUS_SUCCESS;
+    fn handles() -> &'static HandlePool {
+        static HANDLES: HandlePool = HandlePool::new();
+        &HANDLES
+    }
+    fn present() -> bool {
+        static PRESENT: OnceLock<bool> = OnceLock::new();
+        // SAFETY: probes for the library without resolving any symbol.
+        *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+    }
+    unsafe fn create(handle: *mut Handle) -> Status {
+        sys::cublasCreate_v2(handle)
+    }
+    unsafe fn set_stream(handle: Handle, stream: cudarc::driver::sys::CUstream) -> Status {
+        sys::cublasSetStream_v2(handle, stream as sys::cudaStream_t)
     }
 }
 
-fn ensure_library() -> Result<()> {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: probes for the library without resolving any symbol.
-    if *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() }) {
-        Ok(())
-    } else {
-        Err(Error::failed_precondition(
-            "cuBLAS (libcublas.so) could not be loaded; jax's CUDA plugin brings it (the nvidia \
-             cublas wheel) and loads it when jax starts its CUDA backend",
-        ))
-    }
-}
-
-/// A cuBLAS handle bound to XLA's stream for one call; back to the pool when dropped.
-pub struct Blas<'a> {
-    handle: Handle,
-    gpu: &'a GpuStream,
-}
-
-impl<'a> Blas<'a> {
-    pub fn on(gpu: &'a GpuStream) -> Result<Self> {
-        ensure_library()?;
-        let handle = HANDLES.take(gpu.context_key(), || {
-            let mut handle: Handle = std::ptr::null_mut();
-            // SAFETY: an out-parameter; the stream's context is current.
-            check("cublasCreate", unsafe { sys::cublasCreate_v2(&mut handle) })?;
-            Ok(handle as usize)
-        })? as Handle;
-        let blas = Blas { handle, gpu };
-        // SAFETY: a live handle and XLA's live stream of the same context.
-        check("cublasSetStream", unsafe {
-            sys::cublasSetStream_v2(handle, gpu.raw() as sys::cudaStream_t)
-        })?;
-        Ok(blas)
-    }
-
-    pub fn run(&self, routine: &str, call: impl FnOnce(Handle) -> Status) -> Result<()> {
-        check(routine, call(self.handle))
-    }
-}
-
-impl Drop for Blas<'_> {
-    fn drop(&mut self) {
-        HANDLES.give_back(self.gpu.context_key(), self.handle as usize);
-    }
-}
+/// A cuBLAS handle bound to XLA's stream for one call.
+pub type Blas<'a> = Bound<'a, Cublas>;
 
 /// The batched routines of one element type (raw calls; `a` and `tau` are device arrays of
 /// device pointers, one per matrix).

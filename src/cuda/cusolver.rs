@@ -2,8 +2,8 @@
 //! matrices ferrax's own kernels do not take. A [`Solver`] is a handle from a per-context pool
 //! bound to XLA's stream; [`Dense`] maps each of the four element types to its routines.
 
-use super::runtime::{GpuStream, HandlePool};
-use crate::ffi::{Error, Result};
+use super::runtime::{Bound, HandlePool, Library};
+use crate::ffi::Result;
 use cudarc::cusolver::sys;
 use num_complex::Complex;
 use std::ffi::c_int;
@@ -13,63 +13,34 @@ pub use sys::{cublasFillMode_t as Fill, cublasOperation_t as Op, cublasSideMode_
 pub type Handle = sys::cusolverDnHandle_t;
 pub type Status = sys::cusolverStatus_t;
 
-static HANDLES: HandlePool = HandlePool::new();
+pub enum Cusolver {}
 
-/// A failed status as an error naming the routine.
-pub fn check(routine: &str, status: Status) -> Result<()> {
-    if status == Status::CUSOLVER_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::internal(format!(
-            "cuSOLVER {routine} failed: {status:?}"
-        )))
+impl Library for Cusolver {
+    const NAME: &'static str = "cuSOLVER (libcusolver.so)";
+    type Context = sys::cusolverDnContext;
+    type Status = Status;
+    const SUCCESS: Status = Status::CUSOLVER_STATUS_SUCCESS;
+    fn handles() -> &'static HandlePool {
+        static HANDLES: HandlePool = HandlePool::new();
+        &HANDLES
+    }
+    fn present() -> bool {
+        static PRESENT: OnceLock<bool> = OnceLock::new();
+        // SAFETY: probes for the library without resolving any symbol.
+        *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+    }
+    unsafe fn create(handle: *mut Handle) -> Status {
+        sys::cusolverDnCreate(handle)
+    }
+    unsafe fn set_stream(handle: Handle, stream: cudarc::driver::sys::CUstream) -> Status {
+        sys::cusolverDnSetStream(handle, stream as sys::cudaStream_t)
     }
 }
 
-/// The library's absence as an error that says where it comes from (cudarc would panic).
-fn ensure_library() -> Result<()> {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: probes for the library without resolving any symbol.
-    if *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() }) {
-        Ok(())
-    } else {
-        Err(Error::failed_precondition(
-            "cuSOLVER (libcusolver.so) could not be loaded; jax's CUDA plugin brings it (the \
-             nvidia cusolver wheel) and loads it when jax starts its CUDA backend",
-        ))
-    }
-}
+/// A cuSOLVER handle bound to XLA's stream for one call.
+pub type Solver<'a> = Bound<'a, Cusolver>;
 
-/// A cuSOLVER handle bound to XLA's stream for one call; back to the pool when dropped.
-pub struct Solver<'a> {
-    handle: Handle,
-    gpu: &'a GpuStream,
-}
-
-impl<'a> Solver<'a> {
-    pub fn on(gpu: &'a GpuStream) -> Result<Self> {
-        ensure_library()?;
-        let handle = HANDLES.take(gpu.context_key(), || {
-            let mut handle: Handle = std::ptr::null_mut();
-            // SAFETY: an out-parameter; the stream's context is current.
-            check("cusolverDnCreate", unsafe {
-                sys::cusolverDnCreate(&mut handle)
-            })?;
-            Ok(handle as usize)
-        })? as Handle;
-        let solver = Solver { handle, gpu };
-        // SAFETY: a live handle and XLA's live stream of the same context.
-        check("cusolverDnSetStream", unsafe {
-            sys::cusolverDnSetStream(handle, gpu.raw() as sys::cudaStream_t)
-        })?;
-        Ok(solver)
-    }
-
-    /// Runs one routine on the handle, its failure an error naming it.
-    pub fn run(&self, routine: &str, call: impl FnOnce(Handle) -> Status) -> Result<()> {
-        check(routine, call(self.handle))
-    }
-
+impl Solver<'_> {
     /// A workspace size query: `query(handle, &mut lwork)`.
     pub fn lwork(
         &self,
@@ -79,12 +50,6 @@ impl<'a> Solver<'a> {
         let mut lwork: c_int = 0;
         self.run(routine, |h| query(h, &mut lwork))?;
         Ok(lwork.max(1))
-    }
-}
-
-impl Drop for Solver<'_> {
-    fn drop(&mut self) {
-        HANDLES.give_back(self.gpu.context_key(), self.handle as usize);
     }
 }
 

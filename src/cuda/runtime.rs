@@ -294,6 +294,82 @@ impl HandlePool {
     }
 }
 
+/// A CUDA library (cuSOLVER, cuBLAS) whose handles ferrax pools per context and binds to XLA's
+/// stream for each call: what [`Bound`] needs of it.
+pub trait Library: 'static {
+    /// The library's name, for errors.
+    const NAME: &'static str;
+    /// The opaque struct its handles point to.
+    type Context;
+    type Status: Copy + PartialEq + std::fmt::Debug;
+    const SUCCESS: Self::Status;
+    /// Its pool of free handles.
+    fn handles() -> &'static HandlePool;
+    /// Whether the shared library loads (cudarc panics on first use where it does not).
+    fn present() -> bool;
+    /// # Safety
+    /// `handle` is an out-parameter; the context to create it in is current.
+    unsafe fn create(handle: *mut *mut Self::Context) -> Self::Status;
+    /// # Safety
+    /// A live handle and a live stream of its context.
+    unsafe fn set_stream(handle: *mut Self::Context, stream: sys::CUstream) -> Self::Status;
+}
+
+/// A failed status of `L` as an error naming the routine.
+pub fn check_status<L: Library>(routine: &str, status: L::Status) -> Result<()> {
+    if status == L::SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::internal(format!(
+            "{} {routine} failed: {status:?}",
+            L::NAME
+        )))
+    }
+}
+
+/// A handle of `L` bound to XLA's stream for one call; back to the pool when dropped.
+pub struct Bound<'a, L: Library> {
+    handle: *mut L::Context,
+    gpu: &'a GpuStream,
+}
+
+impl<'a, L: Library> Bound<'a, L> {
+    pub fn on(gpu: &'a GpuStream) -> Result<Self> {
+        if !L::present() {
+            return Err(Error::failed_precondition(format!(
+                "{} could not be loaded; jax's CUDA plugin brings it (an nvidia wheel) and loads \
+                 it when jax starts its CUDA backend",
+                L::NAME
+            )));
+        }
+        let handle = L::handles().take(gpu.context_key(), || {
+            let mut handle = std::ptr::null_mut();
+            // SAFETY: an out-parameter; the stream's context is current.
+            check_status::<L>("handle creation", unsafe { L::create(&mut handle) })?;
+            Ok(handle as usize)
+        })? as *mut L::Context;
+        let bound = Bound { handle, gpu };
+        // SAFETY: a live handle and XLA's live stream of the same context.
+        check_status::<L>("set stream", unsafe { L::set_stream(handle, gpu.raw()) })?;
+        Ok(bound)
+    }
+
+    /// Runs one routine on the handle, its failure an error naming it.
+    pub fn run(
+        &self,
+        routine: &str,
+        call: impl FnOnce(*mut L::Context) -> L::Status,
+    ) -> Result<()> {
+        check_status::<L>(routine, call(self.handle))
+    }
+}
+
+impl<L: Library> Drop for Bound<'_, L> {
+    fn drop(&mut self) {
+        L::handles().give_back(self.gpu.context_key(), self.handle as usize);
+    }
+}
+
 /// A kernel parameter: a pointer to the argument's value, as `cuLaunchKernel` takes them.
 pub fn param<T>(value: &T) -> *mut c_void {
     value as *const T as *mut c_void

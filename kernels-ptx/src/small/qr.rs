@@ -775,14 +775,8 @@ fn launch(
     plan: (u32, u32, u32, usize),
 ) -> LaunchConfig {
     let (w, grid, block, shared) = plan;
-    let row = match kind {
-        ScalarKind::F32 => 0,
-        ScalarKind::F64 => 1,
-        ScalarKind::C64 => 2,
-        ScalarKind::C128 => 3,
-    };
     LaunchConfig {
-        kernel: table[row][w.trailing_zeros() as usize - 2],
+        kernel: table[kind.index()][w.trailing_zeros() as usize - 2],
         grid,
         block,
         shared_bytes: shared as u32,
@@ -813,14 +807,8 @@ fn block_launch(
     kind: ScalarKind,
     (grid, block, shared): (u32, u32, usize),
 ) -> LaunchConfig {
-    let row = match kind {
-        ScalarKind::F32 => 0,
-        ScalarKind::F64 => 1,
-        ScalarKind::C64 => 2,
-        ScalarKind::C128 => 3,
-    };
     LaunchConfig {
-        kernel: names[row],
+        kernel: names[kind.index()],
         grid,
         block,
         shared_bytes: shared as u32,
