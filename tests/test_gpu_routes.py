@@ -87,3 +87,25 @@ def test_every_order_can_go_to_ferrax(installed, n):
     # The context restores the measured table.
     assert cuda_targets(jax.lax.linalg.lu, spec((4, n, n), np.float64)) == {
         "cusolver_getrf_ffi", "ferrax_lu_pivots_to_permutation"}
+
+
+def test_cpu_and_cuda_export_round_trip(installed, random_matrix):
+    """One exported module for both platforms: ferrax's CUDA targets in its CUDA branch, and
+    (deserialized here, without a GPU) its CPU branch runs and matches stock jax."""
+    from jax import export
+
+    a = random_matrix((6, 8, 8), np.float32)
+    fn = lambda a: (jax.lax.linalg.lu(a)[0], jnp.linalg.qr(a)[1], jnp.linalg.cholesky(a @ a.mT))
+    exp = export.export(jax.jit(fn), platforms=["cpu", "cuda"],
+                        disabled_checks=ferrax.export_disabled_checks())(spec(a.shape, a.dtype))
+    text = exp.mlir_module()
+    targets = set(re.findall(r"custom_call @(\w+)", text)) | set(
+        re.findall(r'call_target_name = "(\w+)"', text))
+    # CUDA's kernels, and the CPU's one-call targets.
+    assert {"ferrax_getrf", "ferrax_geqrf", "ferrax_orgqr", "ferrax_potrf"} <= targets
+    assert {"ferrax_getrf_row_major", "ferrax_qr", "ferrax_cholesky"} <= targets
+    got = export.deserialize(exp.serialize()).call(a)
+    ferrax.uninstall()
+    want = jax.jit(fn)(a)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
