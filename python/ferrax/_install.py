@@ -121,7 +121,7 @@ def ferrax_on_gpu_everywhere():
     """While active, install() lowers every matrix size of the GPU linear-algebra ops to
     ferrax's targets, past the measured thresholds too (benchmarks and tests of those
     targets)."""
-    every = {op: {name: sys.maxsize for name in ("float32", "float64", "complex64", "complex128")}
+    every = {op: {dtype.name: sys.maxsize for dtype in _primitives.LAPACK_DTYPES}
              for op, limits in _GPU_THRESHOLDS.items() if isinstance(limits, dict)}
     saved = dict(_GPU_THRESHOLDS)
     _GPU_THRESHOLDS.update(every)

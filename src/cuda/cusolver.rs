@@ -58,8 +58,6 @@ impl Solver<'_> {
 /// the routine may read or write as cuSOLVER documents.
 #[allow(clippy::too_many_arguments, clippy::missing_safety_doc)] // cuSOLVER's signatures
 pub trait Dense: Copy + 'static {
-    /// LAPACK's letter of the type, for error messages.
-    const LETTER: char;
     unsafe fn getrf_buffer_size(
         h: Handle,
         m: c_int,
@@ -179,11 +177,10 @@ pub trait Dense: Copy + 'static {
 }
 
 macro_rules! dense {
-    ($t:ty, $raw:ty, $letter:literal, $getrf_bs:ident, $getrf:ident, $potrf_bs:ident,
+    ($t:ty, $raw:ty, $getrf_bs:ident, $getrf:ident, $potrf_bs:ident,
      $potrf:ident, $potrf_batched:ident, $geqrf_bs:ident, $geqrf:ident, $orgqr_bs:ident,
      $orgqr:ident, $ormqr_bs:ident, $ormqr:ident) => {
         impl Dense for $t {
-            const LETTER: char = $letter;
             unsafe fn getrf_buffer_size(
                 h: Handle,
                 m: c_int,
@@ -396,7 +393,6 @@ macro_rules! dense {
 dense!(
     f32,
     f32,
-    'S',
     cusolverDnSgetrf_bufferSize,
     cusolverDnSgetrf,
     cusolverDnSpotrf_bufferSize,
@@ -412,7 +408,6 @@ dense!(
 dense!(
     f64,
     f64,
-    'D',
     cusolverDnDgetrf_bufferSize,
     cusolverDnDgetrf,
     cusolverDnDpotrf_bufferSize,
@@ -428,7 +423,6 @@ dense!(
 dense!(
     Complex<f32>,
     sys::cuComplex,
-    'C',
     cusolverDnCgetrf_bufferSize,
     cusolverDnCgetrf,
     cusolverDnCpotrf_bufferSize,
@@ -444,7 +438,6 @@ dense!(
 dense!(
     Complex<f64>,
     sys::cuDoubleComplex,
-    'Z',
     cusolverDnZgetrf_bufferSize,
     cusolverDnZgetrf,
     cusolverDnZpotrf_bufferSize,

@@ -316,7 +316,7 @@ pub trait Library: 'static {
 }
 
 /// A failed status of `L` as an error naming the routine.
-pub fn check_status<L: Library>(routine: &str, status: L::Status) -> Result<()> {
+fn check_status<L: Library>(routine: &str, status: L::Status) -> Result<()> {
     if status == L::SUCCESS {
         Ok(())
     } else {

@@ -188,10 +188,10 @@ fn getrf_cuda(
     if shape.rows == 0 || shape.cols == 0 {
         return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
     }
-    let max_shared = gpu.max_shared_bytes()?;
-    let Some(config) = small_kernel(shape, |m, n, batch| {
+    let Some(config) = small_kernel(&gpu, shape, |m, n, batch, max_shared| {
         ferrax_kernels::small::getrf_launch(kind, m, n, batch, max_shared)
-    }) else {
+    })?
+    else {
         let library = GpuLibrary {
             gpu: &gpu,
             scratch: &scratch,

@@ -37,17 +37,18 @@ pub(crate) fn gpu_scalar_kind(buffer: &Buffer<'_>) -> Result<ferrax_kernels::lau
     })
 }
 
-/// The launch of ferrax's small-matrix GPU kernel for `shape` (`plan` gets m, n and the batch),
-/// if one takes it; the GPU handlers give the rest to cuSOLVER or cuBLAS.
+/// The launch of ferrax's small-matrix GPU kernel for `shape` on `gpu`'s device (`plan` gets
+/// m, n, the batch and the shared memory a block may opt in to), if one takes it; the GPU
+/// handlers give the rest to cuSOLVER or cuBLAS.
 pub(crate) fn small_kernel(
+    gpu: &crate::cuda::GpuStream,
     shape: MatrixBatch,
-    plan: impl FnOnce(u32, u32, u64) -> Option<ferrax_kernels::launch::LaunchConfig>,
-) -> Option<ferrax_kernels::launch::LaunchConfig> {
-    let (m, n) = (
-        u32::try_from(shape.rows).ok()?,
-        u32::try_from(shape.cols).ok()?,
-    );
-    plan(m, n, shape.batch as u64)
+    plan: impl FnOnce(u32, u32, u64, usize) -> Option<ferrax_kernels::launch::LaunchConfig>,
+) -> Result<Option<ferrax_kernels::launch::LaunchConfig>> {
+    let (Ok(m), Ok(n)) = (u32::try_from(shape.rows), u32::try_from(shape.cols)) else {
+        return Ok(None);
+    };
+    Ok(plan(m, n, shape.batch as u64, gpu.max_shared_bytes()?))
 }
 
 /// What a GPU handler's cuSOLVER/cuBLAS path needs besides its operands: XLA's stream (with

@@ -266,10 +266,10 @@ fn potrf_cuda(
         return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
     }
     let (factor, info) = (factor.data_ptr(), info.data_ptr());
-    let max_shared = gpu.max_shared_bytes()?;
-    let Some(config) = small_kernel(shape, |n, _, batch| {
+    let Some(config) = small_kernel(&gpu, shape, |n, _, batch, max_shared| {
         ferrax_kernels::small::potrf_launch(kind, n, batch, max_shared)
-    }) else {
+    })?
+    else {
         let library = GpuLibrary {
             gpu: &gpu,
             scratch: &scratch,

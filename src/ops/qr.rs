@@ -833,10 +833,10 @@ fn geqrf_cuda(
     }
     let gpu = gpu_in_place(stream, &x, &x_out, shape, kind)?;
     let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
-    let max_shared = gpu.max_shared_bytes()?;
-    let Some(config) = small_kernel(shape, |m, n, batch| {
+    let Some(config) = small_kernel(&gpu, shape, |m, n, batch, max_shared| {
         ferrax_kernels::small::qr::geqrf_launch(kind, m, n, batch, max_shared)
-    }) else {
+    })?
+    else {
         let library = GpuLibrary {
             gpu: &gpu,
             scratch: &scratch,
@@ -936,10 +936,10 @@ fn orgqr_cuda(
     let reflectors = lapack_dim(&tau, k)?;
     let (a, tau) = (x_out.data_ptr(), tau.data_ptr());
     // k <= n <= 128 once a kernel takes the shape.
-    let max_shared = gpu.max_shared_bytes()?;
-    let Some(config) = small_kernel(shape, |m, n, batch| {
+    let Some(config) = small_kernel(&gpu, shape, |m, n, batch, max_shared| {
         ferrax_kernels::small::qr::orgqr_launch(kind, m, n, k as u32, batch, max_shared)
-    }) else {
+    })?
+    else {
         let library = GpuLibrary {
             gpu: &gpu,
             scratch: &scratch,
