@@ -113,7 +113,7 @@ def _ferrax_on_gpu(op, aval):
     its PTX kernels for small matrices and cuSOLVER/cuBLAS (by other rules than jaxlib's) past
     them; above the threshold jaxlib's own lowering stays."""
     limit = _GPU_THRESHOLDS[op].get(np.dtype(aval.dtype).name, 0)
-    return all(core.is_constant_dim(d) for d in aval.shape) and max(aval.shape[-2:]) <= limit
+    return core.is_constant_shape(aval.shape) and _small_lapack_matrices(aval, limit)
 
 
 @contextlib.contextmanager
