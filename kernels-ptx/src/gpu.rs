@@ -101,14 +101,15 @@ pub unsafe extern "ptx-kernel" fn ferrax_lu_pivots_to_permutation_global(
 }
 
 /// Batched small LU (`crate::small`): one entry per element type and kernel shape, all with
-/// the parameters `(a, ipiv, info, m, n, batch)`; `small::getrf_launch` picks one.
+/// the parameters `(a, ipiv, info, m, n, batch, row_major)`; `small::getrf_launch` picks one.
 macro_rules! small_getrf {
     ($t:ty: $($name:ident = $body:path),*) => {$(
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             a: *mut $t, ipiv: *mut i32, info: *mut i32, m: u32, n: u32, batch: u64,
+            row_major: u32,
         ) {
-            $body(a, ipiv, info, m, n, batch)
+            $body(a, ipiv, info, m, n, batch, row_major)
         }
     )*};
 }
@@ -121,6 +122,19 @@ macro_rules! small_potrf {
             a: *mut $t, info: *mut i32, n: u32, batch: u64, lower: u32,
         ) {
             $body(a, info, n, batch, lower)
+        }
+    )*};
+}
+
+/// jax's whole batched small `cholesky` on row-major matrices: `(a, l, n, batch, symmetrize)`;
+/// `small::cholesky_launch` picks one.
+macro_rules! small_cholesky {
+    ($t:ty: $($name:ident = $w:literal),*) => {$(
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            a: *const $t, l: *mut $t, n: u32, batch: u64, symmetrize: u32,
+        ) {
+            crate::small::cholesky_rows::<$t, $w>(a, l, n, batch, symmetrize)
         }
     )*};
 }
@@ -172,27 +186,52 @@ mod small_entries {
         ferrax_potrf_small_c128_w16 = potrf_rows::<C128, 16>,
         ferrax_potrf_small_c128_w32 = potrf_rows::<C128, 32>,
         ferrax_potrf_small_c128_block = potrf_block::<C128>);
+
+    small_cholesky!(f32: ferrax_cholesky_small_f32_w4 = 4, ferrax_cholesky_small_f32_w8 = 8,
+        ferrax_cholesky_small_f32_w16 = 16, ferrax_cholesky_small_f32_w32 = 32);
+    small_cholesky!(f64: ferrax_cholesky_small_f64_w4 = 4, ferrax_cholesky_small_f64_w8 = 8,
+        ferrax_cholesky_small_f64_w16 = 16, ferrax_cholesky_small_f64_w32 = 32);
+    small_cholesky!(C64: ferrax_cholesky_small_c64_w4 = 4, ferrax_cholesky_small_c64_w8 = 8,
+        ferrax_cholesky_small_c64_w16 = 16, ferrax_cholesky_small_c64_w32 = 32);
+    small_cholesky!(C128: ferrax_cholesky_small_c128_w4 = 4, ferrax_cholesky_small_c128_w8 = 8,
+        ferrax_cholesky_small_c128_w16 = 16, ferrax_cholesky_small_c128_w32 = 32);
 }
 
-/// Batched small Householder QR (`crate::small::qr`): `geqrf` entries `(a, tau, m, n, batch)`
-/// and `orgqr`/`ungqr` entries `(a, tau, m, n, k, batch)`, one per element type and `W` (the
-/// lanes kernels) or `block`; `qr::geqrf_launch` / `qr::orgqr_launch` pick one.
+/// Batched small Householder QR (`crate::small::qr`): `geqrf` entries `(a, tau, m, n, batch)`,
+/// `orgqr`/`ungqr` entries `(a, tau, m, n, k, batch)` and jax's whole `qr` on row-major
+/// matrices `(a, q, r, m, n, batch, full_matrices)`, one per element type and `W` (the lanes
+/// kernels) or `block`; `qr::geqrf_launch` / `orgqr_launch` / `qr_launch` pick one.
 macro_rules! small_qr {
-    ($t:ty: $($w:tt: $geqrf:ident, $orgqr:ident;)*) => {$(
+    ($t:ty: $($w:tt: $geqrf:ident, $qr:ident;)*) => {$(
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $geqrf(a: *mut $t, tau: *mut $t, m: u32, n: u32, batch: u64) {
             small_qr!(@geqrf $t, $w)(a, tau, m, n, batch)
         }
 
         #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $orgqr(
-            a: *mut $t, tau: *const $t, m: u32, n: u32, k: u32, batch: u64,
+        pub unsafe extern "ptx-kernel" fn $qr(
+            a: *const $t, q: *mut $t, r: *mut $t, m: u32, n: u32, batch: u64, full_matrices: u32,
         ) {
-            small_qr!(@orgqr $t, $w)(a, tau, m, n, k, batch)
+            small_qr!(@qr $t, $w)(a, q, r, m, n, batch, full_matrices)
         }
     )*};
     (@geqrf $t:ty, block) => { crate::small::qr::geqrf_block::<$t> };
     (@geqrf $t:ty, $w:literal) => { crate::small::qr::geqrf_rows::<$t, $w> };
+    (@qr $t:ty, block) => { crate::small::qr::qr_block::<$t> };
+    (@qr $t:ty, $w:literal) => { crate::small::qr::qr_rows::<$t, $w> };
+}
+
+/// `orgqr`/`ungqr` entries `(a, tau, m, n, k, batch)`, one per element type and `W` or `block`
+/// (every size: unlike geqrf, complex128 fits at `W = 32`).
+macro_rules! small_orgqr {
+    ($t:ty: $($w:tt: $orgqr:ident;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $orgqr(
+            a: *mut $t, tau: *const $t, m: u32, n: u32, k: u32, batch: u64,
+        ) {
+            small_orgqr!(@orgqr $t, $w)(a, tau, m, n, k, batch)
+        }
+    )*};
     (@orgqr $t:ty, block) => { crate::small::qr::orgqr_block::<$t> };
     (@orgqr $t:ty, $w:literal) => { crate::small::qr::orgqr_rows::<$t, $w> };
 }
@@ -202,38 +241,41 @@ mod small_qr_entries {
     type C64 = Complex<f32>;
     type C128 = Complex<f64>;
 
-    small_qr!(f32: 4: ferrax_geqrf_small_f32_w4, ferrax_orgqr_small_f32_w4;
-        8: ferrax_geqrf_small_f32_w8, ferrax_orgqr_small_f32_w8;
-        16: ferrax_geqrf_small_f32_w16, ferrax_orgqr_small_f32_w16;
-        32: ferrax_geqrf_small_f32_w32, ferrax_orgqr_small_f32_w32;
-        block: ferrax_geqrf_small_f32_block, ferrax_orgqr_small_f32_block;);
-    small_qr!(f64: 4: ferrax_geqrf_small_f64_w4, ferrax_orgqr_small_f64_w4;
-        8: ferrax_geqrf_small_f64_w8, ferrax_orgqr_small_f64_w8;
-        16: ferrax_geqrf_small_f64_w16, ferrax_orgqr_small_f64_w16;
-        32: ferrax_geqrf_small_f64_w32, ferrax_orgqr_small_f64_w32;
-        block: ferrax_geqrf_small_f64_block, ferrax_orgqr_small_f64_block;);
-    small_qr!(C64: 4: ferrax_geqrf_small_c64_w4, ferrax_orgqr_small_c64_w4;
-        8: ferrax_geqrf_small_c64_w8, ferrax_orgqr_small_c64_w8;
-        16: ferrax_geqrf_small_c64_w16, ferrax_orgqr_small_c64_w16;
-        32: ferrax_geqrf_small_c64_w32, ferrax_orgqr_small_c64_w32;
-        block: ferrax_geqrf_small_c64_block, ferrax_orgqr_small_c64_block;);
-    small_qr!(C128: 4: ferrax_geqrf_small_c128_w4, ferrax_orgqr_small_c128_w4;
-        8: ferrax_geqrf_small_c128_w8, ferrax_orgqr_small_c128_w8;
-        16: ferrax_geqrf_small_c128_w16, ferrax_orgqr_small_c128_w16;
-        block: ferrax_geqrf_small_c128_block, ferrax_orgqr_small_c128_block;);
-    // No c128 geqrf at W = 32: its 32 columns of 16 bytes plus xLARFG's temporaries exceed 255
-    // registers (ptxas spills); `qr::geqrf_launch` refuses those sizes.
-    #[no_mangle]
-    pub unsafe extern "ptx-kernel" fn ferrax_orgqr_small_c128_w32(
-        a: *mut C128,
-        tau: *const C128,
-        m: u32,
-        n: u32,
-        k: u32,
-        batch: u64,
-    ) {
-        crate::small::qr::orgqr_rows::<C128, 32>(a, tau, m, n, k, batch)
-    }
+    small_qr!(f32: 4: ferrax_geqrf_small_f32_w4, ferrax_qr_small_f32_w4;
+        8: ferrax_geqrf_small_f32_w8, ferrax_qr_small_f32_w8;
+        16: ferrax_geqrf_small_f32_w16, ferrax_qr_small_f32_w16;
+        32: ferrax_geqrf_small_f32_w32, ferrax_qr_small_f32_w32;
+        block: ferrax_geqrf_small_f32_block, ferrax_qr_small_f32_block;);
+    small_qr!(f64: 4: ferrax_geqrf_small_f64_w4, ferrax_qr_small_f64_w4;
+        8: ferrax_geqrf_small_f64_w8, ferrax_qr_small_f64_w8;
+        16: ferrax_geqrf_small_f64_w16, ferrax_qr_small_f64_w16;
+        32: ferrax_geqrf_small_f64_w32, ferrax_qr_small_f64_w32;
+        block: ferrax_geqrf_small_f64_block, ferrax_qr_small_f64_block;);
+    small_qr!(C64: 4: ferrax_geqrf_small_c64_w4, ferrax_qr_small_c64_w4;
+        8: ferrax_geqrf_small_c64_w8, ferrax_qr_small_c64_w8;
+        16: ferrax_geqrf_small_c64_w16, ferrax_qr_small_c64_w16;
+        32: ferrax_geqrf_small_c64_w32, ferrax_qr_small_c64_w32;
+        block: ferrax_geqrf_small_c64_block, ferrax_qr_small_c64_block;);
+    // No c128 geqrf or qr at W = 32: its 32 columns of 16 bytes plus xLARFG's temporaries
+    // exceed 255 registers (ptxas spills); `qr::geqrf_launch` and `qr_launch` refuse those
+    // sizes.
+    small_qr!(C128: 4: ferrax_geqrf_small_c128_w4, ferrax_qr_small_c128_w4;
+        8: ferrax_geqrf_small_c128_w8, ferrax_qr_small_c128_w8;
+        16: ferrax_geqrf_small_c128_w16, ferrax_qr_small_c128_w16;
+        block: ferrax_geqrf_small_c128_block, ferrax_qr_small_c128_block;);
+
+    small_orgqr!(f32: 4: ferrax_orgqr_small_f32_w4; 8: ferrax_orgqr_small_f32_w8;
+        16: ferrax_orgqr_small_f32_w16; 32: ferrax_orgqr_small_f32_w32;
+        block: ferrax_orgqr_small_f32_block;);
+    small_orgqr!(f64: 4: ferrax_orgqr_small_f64_w4; 8: ferrax_orgqr_small_f64_w8;
+        16: ferrax_orgqr_small_f64_w16; 32: ferrax_orgqr_small_f64_w32;
+        block: ferrax_orgqr_small_f64_block;);
+    small_orgqr!(C64: 4: ferrax_orgqr_small_c64_w4; 8: ferrax_orgqr_small_c64_w8;
+        16: ferrax_orgqr_small_c64_w16; 32: ferrax_orgqr_small_c64_w32;
+        block: ferrax_orgqr_small_c64_block;);
+    small_orgqr!(C128: 4: ferrax_orgqr_small_c128_w4; 8: ferrax_orgqr_small_c128_w8;
+        16: ferrax_orgqr_small_c128_w16; 32: ferrax_orgqr_small_c128_w32;
+        block: ferrax_orgqr_small_c128_block;);
 }
 
 // Rank-1 Cholesky update (`cholesky_update`): `small` (one warp per matrix) and `large`
@@ -316,4 +358,37 @@ pub unsafe extern "ptx-kernel" fn ferrax_batch_pointers(
     count: u64,
 ) {
     crate::pointers::batch_pointers_kernel(pointers, base, stride, count)
+}
+
+/// Batched matrix copies between layouts (`relayout`), one entry per element size; the
+/// 16-byte element is two words.
+macro_rules! copy_matrices_entries {
+    ($($name:ident: $t:ty;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(
+            src: *const $t,
+            dst: *mut $t,
+            rows: u64,
+            cols: u64,
+            batch: u64,
+            from_matrix: u64,
+            from_row: u64,
+            from_col: u64,
+            to_matrix: u64,
+            to_row: u64,
+            to_col: u64,
+            upper: u32,
+        ) {
+            use crate::relayout::{copy_matrices_kernel, Strides};
+            let from = Strides { matrix: from_matrix, row: from_row, col: from_col };
+            let to = Strides { matrix: to_matrix, row: to_row, col: to_col };
+            copy_matrices_kernel(src, dst, rows, cols, batch, from, to, upper)
+        }
+    )*};
+}
+
+copy_matrices_entries! {
+    ferrax_copy_matrices_b4: u32;
+    ferrax_copy_matrices_b8: u64;
+    ferrax_copy_matrices_b16: [u64; 2];
 }

@@ -15,6 +15,7 @@ pub mod grid;
 pub mod launch;
 pub mod pivots;
 pub mod pointers;
+pub mod relayout;
 pub mod small;
 pub mod threefry;
 pub mod tridiagonal;

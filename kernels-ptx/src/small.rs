@@ -298,54 +298,98 @@ unsafe fn shfl<T: Shfl>(v: T, src: u32, _exchange: *mut u8) -> T {
     }
 }
 
-/// Copies `total` elements (whole column-major matrices of `m` rows, back to back) from
-/// global to shared memory, padding every column to `m + 1` elements so that lanes reading a
-/// row and lanes reading a column both hit distinct banks. Consecutive threads read
-/// consecutive elements (coalesced).
-#[inline(always)]
-unsafe fn stage_in<T: Copy>(global: *const T, shared: *mut T, total: u32, m: u32) {
-    stage::<T, true>(global as *mut T, shared, total, m, m + 1)
+/// How whole matrices lie in global memory and in their padded copy in shared memory, where
+/// column `j` of the block's matrix `b` starts at element `(b·cols + j)·ld`.
+#[derive(Clone, Copy)]
+pub(crate) struct Staging {
+    pub rows: u32,
+    pub cols: u32,
+    /// Shared elements from one column to the next (≥ `rows`): `rows + 1` lets lanes reading a
+    /// row and lanes reading a column both hit distinct banks; the QR kernels need it odd.
+    pub ld: u32,
+    /// Global matrices row-major (jax's own layout) rather than column-major (LAPACK's).
+    pub row_major: bool,
+    /// Copying out, the elements taken from shared memory; the others are zeroed.
+    pub keep: Keep,
 }
 
-/// The reverse of [`stage_in`].
-#[inline(always)]
-unsafe fn stage_out<T: Copy>(global: *mut T, shared: *const T, total: u32, m: u32) {
-    stage::<T, false>(global, shared as *mut T, total, m, m + 1)
+/// The part of each matrix a copy out of shared memory takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    All,
+    /// On and above the diagonal (R of a QR).
+    Upper,
+    /// On and below the diagonal (L of a Cholesky factorization).
+    Lower,
 }
 
-/// Global ↔ shared copy of whole matrices with columns padded to `ld ≥ m` elements (`IN`: to
-/// shared). [`stage_in`] / [`stage_out`] use `ld = m + 1`; the QR kernels, whose lanes read
-/// columns, need an odd `ld`.
+impl Staging {
+    /// Column-major matrices padded to `rows + 1`: the LU and Cholesky kernels' staging.
+    pub(crate) const fn column_major(rows: u32, cols: u32) -> Staging {
+        Staging {
+            rows,
+            cols,
+            ld: rows + 1,
+            row_major: false,
+            keep: Keep::All,
+        }
+    }
+}
+
+/// Copies `matrices` whole matrices between global memory (back to back) and their padded copy
+/// in shared memory (`IN`: to shared), as `s` lays them out. Consecutive threads take
+/// consecutive global elements (coalesced).
 #[inline(always)]
-unsafe fn stage<T: Copy, const IN: bool>(
+unsafe fn stage<T: Scalar, const IN: bool>(
     global: *mut T,
     shared: *mut T,
-    total: u32,
-    m: u32,
-    ld: u32,
+    matrices: u32,
+    s: Staging,
 ) {
     let (t, nb) = (thread_idx_x(), block_dim_x());
+    let per = s.rows * s.cols;
+    let total = matrices * per;
     if t >= total {
         return;
     }
-    // Element e sits in (global) column e / m, row e % m, so at e + (ld - m)·(e / m) once
-    // padded; the quotient advances incrementally instead of dividing per element.
-    let (step_col, step_row, pad) = (nb / m, nb % m, ld - m);
-    let (mut e, mut col, mut row) = (t, t / m, t % m);
+    // Element e of the global array is (x0 + x1·inner) of matrix b, x0 along the contiguous
+    // dimension; the three advance incrementally instead of dividing per element.
+    let (inner, outer) = if s.row_major {
+        (s.cols, s.rows)
+    } else {
+        (s.rows, s.cols)
+    };
+    let (step_b, rest) = (nb / per, nb % per);
+    let (step1, step0) = (rest / inner, rest % inner);
+    let (mut e, mut b, mut x1, mut x0) = (t, t / per, t % per / inner, t % inner);
     while e < total {
-        let (g, s) = (global.add(e as usize), shared.add((e + col * pad) as usize));
+        let (i, j) = if s.row_major { (x1, x0) } else { (x0, x1) };
+        let (g, sh) = (
+            global.add(e as usize),
+            shared.add(((b * s.cols + j) * s.ld + i) as usize),
+        );
         if IN {
-            *s = *g;
+            *sh = *g;
         } else {
-            *g = *s;
+            let zero = match s.keep {
+                Keep::All => false,
+                Keep::Upper => i > j,
+                Keep::Lower => i < j,
+            };
+            *g = if zero { T::ZERO } else { *sh };
         }
         e += nb;
-        col += step_col;
-        row += step_row;
-        if row >= m {
-            row -= m;
-            col += 1;
+        x0 += step0;
+        if x0 >= inner {
+            x0 -= inner;
+            x1 += 1;
         }
+        x1 += step1;
+        if x1 >= outer {
+            x1 -= outer;
+            b += 1;
+        }
+        b += step_b;
     }
 }
 
@@ -430,7 +474,8 @@ pub(crate) fn lane_group<const W: usize>(batch: u64) -> Option<LaneGroup> {
     })
 }
 
-/// LU of the `m×n` matrices (`max(m, n) ≤ W`), `W` lanes per matrix, lane = row.
+/// LU of the `m×n` matrices (`max(m, n) ≤ W`), `W` lanes per matrix, lane = row; the
+/// matrices column-major, or row-major (jax's layout) when `row_major != 0`.
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `ipiv` `batch·min(m, n)`, `info` `batch`; the launch is
@@ -442,6 +487,7 @@ pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
     m: u32,
     n: u32,
     batch: u64,
+    row_major: u32,
 ) {
     let Some(LaneGroup {
         groups,
@@ -459,7 +505,12 @@ pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
     let ex = shared
         .cast::<u8>()
         .add(staged_bytes(groups, m, n, core::mem::size_of::<T>()));
-    stage_in(a.add((first * mn as u64) as usize), shared, count * mn, m);
+    let staging = Staging {
+        row_major: row_major != 0,
+        ..Staging::column_major(m, n)
+    };
+    let global = a.add((first * mn as u64) as usize);
+    stage::<T, true>(global, shared, count, staging);
     sync_threads();
 
     // Groups past the batch's end still run (their shuffles pair with live groups' in the
@@ -540,7 +591,7 @@ pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
         }
     }
     sync_threads();
-    stage_out(a.add((first * mn as u64) as usize), shared, count * mn, m);
+    stage::<T, false>(global, shared, count, staging);
 }
 
 /// Cholesky of the `n×n` matrices (`n ≤ W`), `W` lanes per matrix, lane `i` holding row `i`
@@ -571,7 +622,8 @@ pub unsafe fn potrf_rows<T: Scalar, const W: usize>(
     let ex = shared
         .cast::<u8>()
         .add(staged_bytes(groups, n, n, core::mem::size_of::<T>()));
-    stage_in(a.add((first * nn as u64) as usize), shared, count * nn, n);
+    let global = a.add((first * nn as u64) as usize);
+    stage::<T, true>(global, shared, count, Staging::column_major(n, n));
     sync_threads();
 
     // L(lane, k) is at (lane, k) for lower, conj of (k, lane) for upper (the diagonal as is,
@@ -593,6 +645,38 @@ pub unsafe fn potrf_rows<T: Scalar, const W: usize>(
         }
     });
 
+    let failed_at = potf2_lanes(&mut row, lane, lead, n, ex);
+
+    // Only the factor's triangle is written; the other one stays as loaded.
+    if live {
+        unrolled!(k in 0..W, {
+            if (k as u32) <= lane {
+                let x = row[k];
+                *at(k) = if lower || k as u32 == lane { x } else { x.conj() };
+            }
+        });
+    }
+    if g < count && lane == 0 {
+        *info.add((first + g as u64) as usize) = failed_at as i32;
+    }
+    sync_threads();
+    stage::<T, false>(global, shared, count, Staging::column_major(n, n));
+}
+
+/// `xPOTF2`'s loop over the group's `n×n` matrix, lane `i` holding row `i` of `L` (on and
+/// below the diagonal) in `row`; returns `info` (0, or the first non-positive or NaN pivot's
+/// 1-based column), the same in every lane.
+// Inlined on the GPU (the row must stay in registers); a call of its own on the host, which
+// compiles the unrolled body once for the kernels sharing it.
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
+unsafe fn potf2_lanes<T: Scalar, const W: usize>(
+    row: &mut [T; W],
+    lane: u32,
+    lead: u32,
+    n: u32,
+    ex: *mut u8,
+) -> u32 {
     let mut failed_at = 0u32;
     unrolled!(j in 0..W, {
         let j32 = j as u32;
@@ -626,21 +710,79 @@ pub unsafe fn potrf_rows<T: Scalar, const W: usize>(
             });
         }
     });
+    failed_at
+}
 
-    // Only the factor's triangle is written; the other one stays as loaded.
+/// jax's whole `cholesky` of the row-major `n×n` matrices `a` (`n ≤ W`), `W` lanes per
+/// matrix, lane `i` holding row `i`: the lower factor of `(A + Aᴴ)/2` (`symmetrize != 0`) or
+/// of A's lower triangle, written row-major to `l` with zeros above the diagonal, or NaN on and
+/// below it where the factorization fails. One pass over memory where jax's steps take
+/// five (symmetrize, two transposes, the NaN select, `tril`); the factor equals
+/// [`potrf_rows`]' on the symmetrized matrix bit for bit.
+///
+/// # Safety
+/// `a` and `l` hold `batch·n·n` elements each; the launch is [`cholesky_launch`]'s.
+pub unsafe fn cholesky_rows<T: Scalar, const W: usize>(
+    a: *const T,
+    l: *mut T,
+    n: u32,
+    batch: u64,
+    symmetrize: u32,
+) {
+    let Some(LaneGroup {
+        groups,
+        g,
+        lane,
+        lead,
+        first,
+        count,
+    }) = lane_group::<W>(batch)
+    else {
+        return; // the whole block: no barrier is left waiting
+    };
+    let (nn, ld) = (n * n, n + 1);
+    let shared = dynamic_shared::<T>();
+    let ex = shared
+        .cast::<u8>()
+        .add(staged_bytes(groups, n, n, core::mem::size_of::<T>()));
+    let staging = Staging {
+        row_major: true,
+        ..Staging::column_major(n, n)
+    };
+    let offset = (first * nn as u64) as usize;
+    stage::<T, true>(a.add(offset) as *mut T, shared, count, staging);
+    sync_threads();
+
+    let base = shared.add((g * n * ld) as usize);
+    let at = |i: u32, k: u32| base.add((k * ld + i) as usize);
+    let live = g < count && lane < n;
+    let half = <T::Real as Real>::ONE / (<T::Real as Real>::ONE + <T::Real as Real>::ONE);
+    let mut row = [T::ZERO; W];
+    unrolled!(k in 0..W, {
+        let k32 = k as u32;
+        if live && k32 <= lane {
+            let x = *at(lane, k32);
+            // jax's symmetrize, (x + xᴴ) / 2 (halving is exact: the same as its division).
+            row[k] = if symmetrize != 0 { (x + (*at(k32, lane)).conj()).scale(half) } else { x };
+        }
+    });
+
+    let failed_at = potf2_lanes(&mut row, lane, lead, n, ex);
+
     if live {
+        let nan = T::from_real(<T::Real as Real>::NAN);
         unrolled!(k in 0..W, {
             if (k as u32) <= lane {
-                let x = row[k];
-                *at(k) = if lower || k as u32 == lane { x } else { x.conj() };
+                *at(lane, k as u32) = if failed_at == 0 { row[k] } else { nan };
             }
         });
     }
-    if g < count && lane == 0 {
-        *info.add((first + g as u64) as usize) = failed_at as i32;
-    }
     sync_threads();
-    stage_out(a.add((first * nn as u64) as usize), shared, count * nn, n);
+    let out = Staging {
+        keep: Keep::Lower,
+        ..staging
+    };
+    stage::<T, false>(l.add(offset), shared, count, out);
 }
 
 /// Threads of the block kernels: a power of two, at least 64 and at least `max(m, n)`.
@@ -660,7 +802,8 @@ fn block_layout(m: u32, n: u32, size: usize, real: usize, threads: u32) -> (usiz
     (keys, tags, tags + threads as usize * 4)
 }
 
-/// LU of one `m×n` matrix per block (`max(m, n) ≤ block_dim`), the matrix in shared memory.
+/// LU of one `m×n` matrix per block (`max(m, n) ≤ block_dim`), the matrix in shared memory;
+/// layouts as [`getrf_rows`].
 ///
 /// # Safety
 /// As [`getrf_rows`], with [`getrf_launch`]'s block launch (`block_dim` a power of two ≥ 32
@@ -672,6 +815,7 @@ pub unsafe fn getrf_block<T: Scalar>(
     m: u32,
     n: u32,
     batch: u64,
+    row_major: u32,
 ) {
     let (t, nb) = (thread_idx_x(), block_dim_x());
     let (mn, ld, kmin) = (m * n, m as usize + 1, m.min(n));
@@ -688,11 +832,15 @@ pub unsafe fn getrf_block<T: Scalar>(
     let at = |i: u32, k: u32| shared.add(k as usize * ld + i as usize);
     // The update's thread layout: 32 consecutive rows per warp (conflict-free), warps over columns.
     let (ti, tk, col_step) = (t % 32, t / 32, nb / 32);
+    let staging = Staging {
+        row_major: row_major != 0,
+        ..Staging::column_major(m, n)
+    };
 
     let mut b = block_idx_x() as u64;
     while b < batch {
         let global = a.add((b * mn as u64) as usize);
-        stage_in(global, shared, mn, m);
+        stage::<T, true>(global, shared, 1, staging);
         sync_threads();
         let mut first_zero = 0u32;
         for j in 0..kmin {
@@ -765,7 +913,7 @@ pub unsafe fn getrf_block<T: Scalar>(
         if t == 0 {
             *info.add(b as usize) = first_zero as i32;
         }
-        stage_out(global, shared, mn, m);
+        stage::<T, false>(global, shared, 1, staging);
         sync_threads(); // before the next matrix overwrites shared memory
         b += grid_dim_x() as u64;
     }
@@ -801,7 +949,7 @@ pub unsafe fn potrf_block<T: Scalar>(a: *mut T, info: *mut i32, n: u32, batch: u
     let mut b = block_idx_x() as u64;
     while b < batch {
         let global = a.add((b * nn as u64) as usize);
-        stage_in(global, shared, nn, n);
+        stage::<T, true>(global, shared, 1, Staging::column_major(n, n));
         sync_threads();
         let mut failed_at = 0u32;
         for j in 0..n {
@@ -842,7 +990,7 @@ pub unsafe fn potrf_block<T: Scalar>(a: *mut T, info: *mut i32, n: u32, batch: u
             *info.add(b as usize) = failed_at as i32;
         }
         sync_threads();
-        stage_out(global, shared, nn, n);
+        stage::<T, false>(global, shared, 1, Staging::column_major(n, n));
         sync_threads();
         b += grid_dim_x() as u64;
     }
@@ -983,6 +1131,7 @@ macro_rules! names {
 }
 const GETRF_NAMES: [[&str; 5]; 4] = names!("getrf");
 const POTRF_NAMES: [[&str; 5]; 4] = names!("potrf");
+const CHOLESKY_NAMES: [[&str; 5]; 4] = names!("cholesky");
 
 fn name(table: &[[&'static str; 5]; 4], kind: ScalarKind, variant: Variant) -> &'static str {
     let row = kind.index();
@@ -999,7 +1148,8 @@ fn name(table: &[[&'static str; 5]; 4], kind: ScalarKind, variant: Variant) -> &
 }
 
 /// The launch of `ferrax_getrf_small_<dtype>_<variant>(a: *mut T, ipiv: *mut i32,
-/// info: *mut i32, m: u32, n: u32, batch: u64)` (every variant takes these parameters), or
+/// info: *mut i32, m: u32, n: u32, batch: u64, row_major: u32)` (every variant takes these
+/// parameters; `a` column-major, or row-major when `row_major != 0`), or
 /// `None` when `max(m, n) > 128` or the matrix does not fit in `max_shared` bytes of shared
 /// memory (the device's opt-in limit per block; c128 128×128 never does): use cuSOLVER.
 /// `grid == 0` (batch 0) means there is nothing to launch.
@@ -1030,6 +1180,22 @@ pub fn potrf_launch(
     let (variant, grid, block, shared) = plan(kind, n, n, batch, None, max_shared)?;
     Some(LaunchConfig {
         kernel: name(&POTRF_NAMES, kind, variant),
+        grid,
+        block,
+        shared_bytes: shared as u32,
+    })
+}
+
+/// The launch of `ferrax_cholesky_small_<dtype>_<w4|w8|w16|w32>(a: *const T, l: *mut T,
+/// n: u32, batch: u64, symmetrize: u32)` (row-major, jax's whole `cholesky`), or `None` past
+/// 32 (no block kernel: jax's steps and [`potrf_launch`]'s kernels serve those).
+pub fn cholesky_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig> {
+    let (variant, grid, block, shared) = plan(kind, n, n, batch, None, MAX_SHARED_BYTES)?;
+    if variant == Variant::Block {
+        return None;
+    }
+    Some(LaunchConfig {
+        kernel: name(&CHOLESKY_NAMES, kind, variant),
         grid,
         block,
         shared_bytes: shared as u32,

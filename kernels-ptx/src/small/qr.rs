@@ -14,8 +14,8 @@
 //! order ([`geqrf_block`], [`orgqr_block`]).
 
 use super::{
-    dynamic_shared, lane_group, padded_bytes, shfl, stage, LaneGroup, Real, Scalar, Variant,
-    MAX_SHARED_BYTES,
+    dynamic_shared, lane_group, padded_bytes, shfl, stage, Keep, LaneGroup, Real, Scalar, Staging,
+    Variant, MAX_SHARED_BYTES,
 };
 use crate::grid::{block_dim_x, block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::launch::{LaunchConfig, ScalarKind};
@@ -407,6 +407,98 @@ const fn ld(m: u32) -> u32 {
     (m + 1) | 1
 }
 
+/// Column-major `rows×cols` matrices staged with the QR kernels' odd padding for `m` rows.
+const fn staging(rows: u32, cols: u32, m: u32) -> Staging {
+    Staging {
+        rows,
+        cols,
+        ld: ld(m),
+        row_major: false,
+        keep: Keep::All,
+    }
+}
+
+/// `xGEQR2`'s loop over the group's `m×n` matrix, lane = column (`col`, of `W` registers):
+/// leaves R and the reflectors in the columns and returns this lane's `tau` (zero past
+/// `min(m, n)`).
+// Inlined on the GPU (the columns must stay in registers); a call of its own on the host,
+// where the unrolled body is compiled once for the three kernels that share it (inlined
+// there, the tests' build takes many times as long).
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
+unsafe fn geqr2_lanes<T: QrScalar, const W: usize>(
+    col: &mut [T; W],
+    lane: u32,
+    lead: u32,
+    m: u32,
+    n: u32,
+    ex: *mut u8,
+) -> T {
+    let mut my_tau = T::ZERO;
+    unrolled!(i in 0..W, {
+        if (i as u32) < m.min(n) {
+            if lane == i as u32 {
+                my_tau = larfg(col, i, m);
+            }
+            let ti = shfl(my_tau, lead + i as u32, ex);
+            // ZGEQR2 applies H(i)ᴴ: xLARF with conj(tau).
+            larf_left(col, i, m, ti.conj(), lane > i as u32, lead + i as u32, ex);
+        }
+    });
+    my_tau
+}
+
+/// `xORG2R`'s loop, lane = column: the group's columns hold the first `n` columns of
+/// `Q = H(0)·…·H(k-1)` afterwards, given lane `j < k` holding reflector `j` (below its
+/// diagonal; its rows above are not read) and its `tau`, the other lanes the identity's
+/// columns.
+// Inlined on the GPU (the columns must stay in registers); a call of its own on the host,
+// where the unrolled body is compiled once for the three kernels that share it (inlined
+// there, the tests' build takes many times as long).
+#[cfg_attr(target_arch = "nvptx64", inline(always))]
+#[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
+unsafe fn org2r_lanes<T: QrScalar, const W: usize>(
+    col: &mut [T; W],
+    my_tau: T,
+    lane: u32,
+    lead: u32,
+    m: u32,
+    k: u32,
+    ex: *mut u8,
+) {
+    unrolled!(s in 0..W, {
+        let i = W - 1 - s;
+        if (i as u32) < k {
+            let ti = shfl(my_tau, lead + i as u32, ex);
+            larf_left(col, i, m, ti, lane > i as u32, lead + i as u32, ex);
+            if lane == i as u32 {
+                let minus = -ti;
+                unrolled!(r in 0..W, {
+                    if (r as u32) < m {
+                        col[r] = if r > i {
+                            minus * col[r]
+                        } else if r == i {
+                            T::ONE - ti
+                        } else {
+                            T::ZERO
+                        };
+                    }
+                });
+            }
+        }
+    });
+}
+
+/// Column `lane` of the identity (`m` rows).
+#[inline(always)]
+fn identity_column<T: Scalar, const W: usize>(col: &mut [T; W], lane: u32, m: u32) {
+    unrolled!(r in 0..W, {
+        if (r as u32) < m {
+            col[r] = if r as u32 == lane { T::ONE } else { T::ZERO };
+        }
+    });
+}
+
 /// `xGEQR2` of the `m×n` matrices (`max(m, n) ≤ W`), `W` lanes per matrix, lane = column.
 ///
 /// # Safety
@@ -435,7 +527,7 @@ pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(
         .cast::<u8>()
         .add(padded_bytes(groups, ld, n, core::mem::size_of::<T>()));
     let global = a.add((first * mn as u64) as usize);
-    stage::<T, true>(global, shared, count * mn, m, ld);
+    stage::<T, true>(global, shared, count, staging(m, n, m));
     sync_threads();
 
     // Lanes past n and groups past the batch's end run on zeros (their shuffles pair with
@@ -449,17 +541,7 @@ pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(
         }
     });
 
-    let mut my_tau = T::ZERO;
-    unrolled!(i in 0..W, {
-        if (i as u32) < kmin {
-            if lane == i as u32 {
-                my_tau = larfg(&mut col, i, m);
-            }
-            let ti = shfl(my_tau, lead + i as u32, ex);
-            // ZGEQR2 applies H(i)ᴴ: xLARF with conj(tau).
-            larf_left(&mut col, i, m, ti.conj(), lane > i as u32, lead + i as u32, ex);
-        }
-    });
+    let my_tau = geqr2_lanes(&mut col, lane, lead, m, n, ex);
 
     if live {
         unrolled!(r in 0..W, {
@@ -472,7 +554,7 @@ pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(
         *tau.add(((first + g as u64) * kmin as u64 + lane as u64) as usize) = my_tau;
     }
     sync_threads();
-    stage::<T, false>(global, shared, count * mn, m, ld);
+    stage::<T, false>(global, shared, count, staging(m, n, m));
 }
 
 /// `xORG2R`/`xUNG2R`: the first `n` columns of `Q = H(0)·…·H(k-1)` from `geqrf`'s reflectors
@@ -505,7 +587,7 @@ pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
         .cast::<u8>()
         .add(padded_bytes(groups, ld, n, core::mem::size_of::<T>()));
     let global = a.add((first * mn as u64) as usize);
-    stage::<T, true>(global, shared, count * mn, m, ld);
+    stage::<T, true>(global, shared, count, staging(m, n, m));
     sync_threads();
 
     let live = g < count && lane < n;
@@ -513,44 +595,22 @@ pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
     let mut col = [T::ZERO; W];
     // Columns k.. start as those of the identity; the others hold their reflectors.
     let reflector = lane < k;
-    unrolled!(r in 0..W, {
-        if (r as u32) < m {
-            col[r] = if reflector {
-                if live { *mine.add(r) } else { T::ZERO }
-            } else if r as u32 == lane {
-                T::ONE
-            } else {
-                T::ZERO
-            };
-        }
-    });
+    if reflector {
+        unrolled!(r in 0..W, {
+            if live && (r as u32) < m {
+                col[r] = *mine.add(r);
+            }
+        });
+    } else {
+        identity_column(&mut col, lane, m);
+    }
     let my_tau = if g < count && reflector {
         *tau.add(((first + g as u64) * k as u64 + lane as u64) as usize)
     } else {
         T::ZERO
     };
 
-    unrolled!(s in 0..W, {
-        let i = W - 1 - s;
-        if (i as u32) < k {
-            let ti = shfl(my_tau, lead + i as u32, ex);
-            larf_left(&mut col, i, m, ti, lane > i as u32, lead + i as u32, ex);
-            if lane == i as u32 {
-                let minus = -ti;
-                unrolled!(r in 0..W, {
-                    if (r as u32) < m {
-                        col[r] = if r > i {
-                            minus * col[r]
-                        } else if r == i {
-                            T::ONE - ti
-                        } else {
-                            T::ZERO
-                        };
-                    }
-                });
-            }
-        }
-    });
+    org2r_lanes(&mut col, my_tau, lane, lead, m, k, ex);
 
     if live {
         unrolled!(r in 0..W, {
@@ -560,7 +620,104 @@ pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
         });
     }
     sync_threads();
-    stage::<T, false>(global, shared, count * mn, m, ld);
+    stage::<T, false>(global, shared, count, staging(m, n, m));
+}
+
+/// jax's whole `qr` (no pivoting) of the row-major `m×n` matrices `a` (`max(m, n) ≤ W`), `W`
+/// lanes per matrix, lane = column: [`geqrf_rows`]' loop, R stored (row-major `mq×n`, zeros
+/// below the diagonal), then [`orgqr_rows`]' loop on the reflectors still in the lanes'
+/// registers, Q stored (row-major `m×mq`); `mq` is `m` when `full_matrices != 0`, else
+/// `min(m, n)`. One pass over memory where jax's steps take four, and equal to them bit for
+/// bit.
+///
+/// # Safety
+/// `a` holds `batch·m·n` elements, `q` `batch·m·mq`, `r` `batch·mq·n`; the launch is
+/// [`qr_launch`]'s.
+pub unsafe fn qr_rows<T: QrScalar, const W: usize>(
+    a: *const T,
+    q: *mut T,
+    r: *mut T,
+    m: u32,
+    n: u32,
+    batch: u64,
+    full_matrices: u32,
+) {
+    let Some(LaneGroup {
+        groups,
+        g,
+        lane,
+        lead,
+        first,
+        count,
+    }) = lane_group::<W>(batch)
+    else {
+        return; // the whole block: no barrier is left waiting
+    };
+    let (kmin, ld) = (m.min(n), ld(m));
+    let mq = qr_q_columns(m, n, full_matrices != 0);
+    let shared = dynamic_shared::<T>();
+    let ex = shared.cast::<u8>().add(padded_bytes(
+        groups,
+        ld,
+        n.max(mq),
+        core::mem::size_of::<T>(),
+    ));
+    let input = Staging {
+        row_major: true,
+        ..staging(m, n, m)
+    };
+    let first = first as usize;
+    stage::<T, true>(
+        a.add(first * (m * n) as usize) as *mut T,
+        shared,
+        count,
+        input,
+    );
+    sync_threads();
+
+    let live = g < count && lane < n;
+    let mine = shared.add(((g * n + lane) * ld) as usize);
+    let mut col = [T::ZERO; W];
+    unrolled!(i in 0..W, {
+        if live && (i as u32) < m {
+            col[i] = *mine.add(i);
+        }
+    });
+    let my_tau = geqr2_lanes(&mut col, lane, lead, m, n, ex);
+
+    // R: this lane's column, down to the diagonal (the staging zeroes the rest).
+    if live {
+        unrolled!(i in 0..W, {
+            if (i as u32) < mq && i as u32 <= lane {
+                *mine.add(i) = col[i];
+            }
+        });
+    }
+    sync_threads();
+    let r_out = Staging {
+        rows: mq,
+        keep: Keep::Upper,
+        ..input
+    };
+    stage::<T, false>(r.add(first * (mq * n) as usize), shared, count, r_out);
+    sync_threads();
+
+    if lane >= kmin {
+        identity_column(&mut col, lane, m);
+    }
+    org2r_lanes(&mut col, my_tau, lane, lead, m, kmin, ex);
+    // Q's columns, packed per group as m×mq.
+    if g < count && lane < mq {
+        let mine = shared.add(((g * mq + lane) * ld) as usize);
+        unrolled!(i in 0..W, {
+            if (i as u32) < m {
+                *mine.add(i) = col[i];
+            }
+        });
+    }
+    sync_threads();
+    let q_out = Staging { cols: mq, ..input };
+    stage::<T, false>(q.add(first * (m * mq) as usize), shared, count, q_out);
 }
 
 /// Column `j` of the block kernels' matrix in shared memory (`m` rows, `ld` apart).
@@ -573,11 +730,80 @@ unsafe fn shared_column<'a, T>(shared: *mut T, ld: u32, m: u32, j: u32) -> &'a m
     core::slice::from_raw_parts_mut(shared.add((j * ld) as usize), m as usize)
 }
 
+/// `xGEQR2` of the block's `m×n` matrix in shared memory (columns `ld` apart, `ld` odd, so
+/// they sit in distinct banks): the thread owning column `i` runs `xLARFG` on it, then each
+/// trailing column gets [`larf`] from a thread of its own; `taus[i]` (shared) gets `tau`.
+/// The same operations in the same order as [`geqr2`].
+#[inline(always)]
+unsafe fn geqr2_block<T: QrScalar>(shared: *mut T, taus: *mut T, ld: u32, m: u32, n: u32) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    for i in 0..m.min(n) {
+        if t == i {
+            *taus.add(i as usize) = larfg(shared_column(shared, ld, m, i), i as usize, m);
+        }
+        sync_threads();
+        // ZGEQR2 applies H(i)ᴴ: xLARF with conj(tau).
+        let ti = (*taus.add(i as usize)).conj();
+        let v = &shared_column(shared, ld, m, i)[i as usize..];
+        let mut j = i + 1 + t;
+        while j < n {
+            larf(v, ti, &mut shared_column(shared, ld, m, j)[i as usize..]);
+            j += nb;
+        }
+        sync_threads();
+    }
+}
+
+/// `xORG2R` of the block's matrix in shared memory (as [`geqr2_block`]): its first `n`
+/// columns become those of `Q = H(0)·…·H(k-1)` from the `k ≤ n ≤ m` reflectors in its first
+/// columns, `tau(i)` their taus: the trailing columns get [`larf`] from a thread each, then
+/// the reflector's own column is scaled in parallel over its rows. Equal to [`org2r`].
+#[inline(always)]
+unsafe fn org2r_block<T: QrScalar>(
+    shared: *mut T,
+    ld: u32,
+    m: u32,
+    n: u32,
+    k: u32,
+    tau: impl Fn(u32) -> T,
+) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    // Columns k.. start as those of the identity.
+    let mut e = t;
+    while e < (n - k) * m {
+        let (r, j) = (e % m, k + e / m);
+        *shared.add((j * ld + r) as usize) = if r == j { T::ONE } else { T::ZERO };
+        e += nb;
+    }
+    sync_threads();
+    for i in (0..k).rev() {
+        let ti = tau(i);
+        let v = &shared_column(shared, ld, m, i)[i as usize..];
+        let mut j = i + 1 + t;
+        while j < n {
+            larf(v, ti, &mut shared_column(shared, ld, m, j)[i as usize..]);
+            j += nb;
+        }
+        sync_threads();
+        let mut r = t;
+        while r < m {
+            let x = shared.add((i * ld + r) as usize);
+            *x = if r > i {
+                -ti * *x
+            } else if r == i {
+                T::ONE - ti
+            } else {
+                T::ZERO
+            };
+            r += nb;
+        }
+        sync_threads();
+    }
+}
+
 /// `xGEQR2` with one block per `m×n` matrix (the **block** shape, past the lanes kernels: up
-/// to 128 rows and columns as shared memory allows), the matrix in shared memory: the thread
-/// owning column `i` runs `xLARFG` on it, then each trailing column gets [`larf`] from a
-/// thread of its own (the columns, `ld` apart with `ld` odd, sit in distinct banks). The same
-/// operations in the same order as [`geqr2`], so the results equal it bit for bit.
+/// to 128 rows and columns as shared memory allows), the matrix in shared memory
+/// ([`geqr2_block`]), so the results equal [`geqr2`] bit for bit.
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·min(m, n)`; the launch is [`geqrf_launch`]'s.
@@ -592,37 +818,22 @@ pub unsafe fn geqrf_block<T: QrScalar>(a: *mut T, tau: *mut T, m: u32, n: u32, b
     let mut b = block_idx_x() as u64;
     while b < batch {
         let global = a.add((b * mn as u64) as usize);
-        stage::<T, true>(global, shared, mn, m, ld);
+        stage::<T, true>(global, shared, 1, staging(m, n, m));
         sync_threads();
-        for i in 0..kmin {
-            if t == i {
-                *taus.add(i as usize) = larfg(shared_column(shared, ld, m, i), i as usize, m);
-            }
-            sync_threads();
-            // ZGEQR2 applies H(i)ᴴ: xLARF with conj(tau).
-            let ti = (*taus.add(i as usize)).conj();
-            let v = &shared_column(shared, ld, m, i)[i as usize..];
-            let mut j = i + 1 + t;
-            while j < n {
-                larf(v, ti, &mut shared_column(shared, ld, m, j)[i as usize..]);
-                j += nb;
-            }
-            sync_threads();
-        }
+        geqr2_block(shared, taus, ld, m, n);
         let mut i = t;
         while i < kmin {
             *tau.add((b * kmin as u64 + i as u64) as usize) = *taus.add(i as usize);
             i += nb;
         }
-        stage::<T, false>(global, shared, mn, m, ld);
+        stage::<T, false>(global, shared, 1, staging(m, n, m));
         sync_threads(); // before the next matrix overwrites shared memory
         b += grid_dim_x() as u64;
     }
 }
 
-/// `xORG2R`/`xUNG2R` with one block per `m×n` matrix (`k ≤ n ≤ m`), as [`geqrf_block`]: the
-/// trailing columns get [`larf`] from a thread each, then the reflector's own column is
-/// scaled in parallel over its rows. Equal to [`org2r`] bit for bit.
+/// `xORG2R`/`xUNG2R` with one block per `m×n` matrix (`k ≤ n ≤ m`), as [`geqrf_block`]
+/// ([`org2r_block`]). Equal to [`org2r`] bit for bit.
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·k`; the launch is [`orgqr_launch`]'s.
@@ -634,48 +845,64 @@ pub unsafe fn orgqr_block<T: QrScalar>(
     k: u32,
     batch: u64,
 ) {
-    let (t, nb) = (thread_idx_x(), block_dim_x());
     let (mn, ld) = (m * n, ld(m));
     let shared = dynamic_shared::<T>();
     let mut b = block_idx_x() as u64;
     while b < batch {
         let global = a.add((b * mn as u64) as usize);
-        stage::<T, true>(global, shared, mn, m, ld);
+        stage::<T, true>(global, shared, 1, staging(m, n, m));
         sync_threads();
-        // Columns k.. start as those of the identity.
-        let mut e = t;
-        while e < (n - k) * m {
-            let (r, j) = (e % m, k + e / m);
-            *shared.add((j * ld + r) as usize) = if r == j { T::ONE } else { T::ZERO };
-            e += nb;
-        }
-        sync_threads();
-        for i in (0..k).rev() {
-            let ti = *tau.add((b * k as u64 + i as u64) as usize);
-            let v = &shared_column(shared, ld, m, i)[i as usize..];
-            let mut j = i + 1 + t;
-            while j < n {
-                larf(v, ti, &mut shared_column(shared, ld, m, j)[i as usize..]);
-                j += nb;
-            }
-            sync_threads();
-            let mut r = t;
-            while r < m {
-                let x = shared.add((i * ld + r) as usize);
-                *x = if r > i {
-                    -ti * *x
-                } else if r == i {
-                    T::ONE - ti
-                } else {
-                    T::ZERO
-                };
-                r += nb;
-            }
-            sync_threads();
-        }
-        stage::<T, false>(global, shared, mn, m, ld);
+        let taus = tau.add((b * k as u64) as usize);
+        org2r_block(shared, ld, m, n, k, |i| *taus.add(i as usize));
+        stage::<T, false>(global, shared, 1, staging(m, n, m));
         sync_threads();
         b += grid_dim_x() as u64;
+    }
+}
+
+/// [`qr_rows`] with one block per matrix (past the lanes kernels, as [`geqrf_block`]): the
+/// row-major matrix staged in, [`geqr2_block`], R staged out, [`org2r_block`] on the same
+/// shared copy, Q staged out.
+///
+/// # Safety
+/// As [`qr_rows`], with [`qr_launch`]'s block launch.
+pub unsafe fn qr_block<T: QrScalar>(
+    a: *const T,
+    q: *mut T,
+    r: *mut T,
+    m: u32,
+    n: u32,
+    batch: u64,
+    full_matrices: u32,
+) {
+    let (kmin, ld) = (m.min(n), ld(m));
+    let mq = qr_q_columns(m, n, full_matrices != 0);
+    let shared = dynamic_shared::<T>();
+    let taus = shared
+        .cast::<u8>()
+        .add(padded_bytes(1, ld, n.max(mq), core::mem::size_of::<T>()))
+        .cast::<T>();
+    let input = Staging {
+        row_major: true,
+        ..staging(m, n, m)
+    };
+    let r_out = Staging {
+        rows: mq,
+        keep: Keep::Upper,
+        ..input
+    };
+    let q_out = Staging { cols: mq, ..input };
+    let mut b = block_idx_x() as usize;
+    while (b as u64) < batch {
+        stage::<T, true>(a.add(b * (m * n) as usize) as *mut T, shared, 1, input);
+        sync_threads();
+        geqr2_block(shared, taus, ld, m, n);
+        stage::<T, false>(r.add(b * (mq * n) as usize), shared, 1, r_out);
+        sync_threads(); // R is out before Q's identity columns overwrite A's
+        org2r_block(shared, ld, m, mq, kmin, |i| *taus.add(i as usize));
+        stage::<T, false>(q.add(b * (m * mq) as usize), shared, 1, q_out);
+        sync_threads();
+        b += grid_dim_x() as usize;
     }
 }
 
@@ -768,6 +995,7 @@ macro_rules! names {
 }
 const GEQRF_NAMES: [[&str; 4]; 4] = names!("geqrf");
 const ORGQR_NAMES: [[&str; 4]; 4] = names!("orgqr");
+const QR_NAMES: [[&str; 4]; 4] = names!("qr");
 
 fn launch(
     table: &[[&'static str; 4]; 4],
@@ -800,6 +1028,12 @@ const ORGQR_BLOCK_NAMES: [&str; 4] = [
     "ferrax_orgqr_small_f64_block",
     "ferrax_orgqr_small_c64_block",
     "ferrax_orgqr_small_c128_block",
+];
+const QR_BLOCK_NAMES: [&str; 4] = [
+    "ferrax_qr_small_f32_block",
+    "ferrax_qr_small_f64_block",
+    "ferrax_qr_small_c64_block",
+    "ferrax_qr_small_c128_block",
 ];
 
 fn block_launch(
@@ -854,6 +1088,38 @@ pub fn orgqr_launch(
     }
     let block = block_plan(kind, m, n, batch, max_shared)?;
     Some(block_launch(&ORGQR_BLOCK_NAMES, kind, block))
+}
+
+/// Columns of Q for jax's `qr` of `m×n` matrices: `m` with `full_matrices`, else `min(m, n)`.
+pub const fn qr_q_columns(m: u32, n: u32, full_matrices: bool) -> u32 {
+    if full_matrices || m < n {
+        m
+    } else {
+        n
+    }
+}
+
+/// The launch of `ferrax_qr_small_<dtype>_<w4|w8|w16|w32|block>(a: *const T, q: *mut T,
+/// r: *mut T, m: u32, n: u32, batch: u64, full_matrices: u32)` (row-major matrices, jax's
+/// `qr`), sized as [`geqrf_launch`] for matrices as wide as A and Q together; `None` past the
+/// kernels.
+pub fn qr_launch(
+    kind: ScalarKind,
+    m: u32,
+    n: u32,
+    batch: u64,
+    full_matrices: bool,
+    max_shared: usize,
+) -> Option<LaunchConfig> {
+    // The staged columns: A's, then Q's in the same place.
+    let cols = n.max(qr_q_columns(m, n, full_matrices));
+    if geqrf_has_kernel(kind, m, n) {
+        if let Some(lanes) = plan(kind, m, cols, batch, None) {
+            return Some(launch(&QR_NAMES, kind, lanes));
+        }
+    }
+    let block = block_plan(kind, m, cols, batch, max_shared)?;
+    Some(block_launch(&QR_BLOCK_NAMES, kind, block))
 }
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]

@@ -101,14 +101,38 @@ pub(super) struct Ptr<T>(pub(super) *mut T);
 unsafe impl<T> Send for Ptr<T> {}
 unsafe impl<T> Sync for Ptr<T> {}
 
-/// Runs the kernel the plan picks (with `threads` per block) on the emulated grid.
+/// The `batch` column-major `rows×cols` matrices of `a`, each transposed: row-major, or (with
+/// `rows` and `cols` swapped) back to column-major.
+pub(super) fn transposed<T: Copy>(a: &[T], rows: usize, cols: usize) -> Vec<T> {
+    let len = rows * cols;
+    let mut out = a.to_vec();
+    for (src, dst) in a
+        .chunks_exact(len.max(1))
+        .zip(out.chunks_exact_mut(len.max(1)))
+    {
+        for j in 0..cols {
+            for i in 0..rows {
+                dst[i * cols + j] = src[j * rows + i];
+            }
+        }
+    }
+    out
+}
+
+/// Runs the kernel the plan picks (with `threads` per block) on the emulated grid, on
+/// column-major matrices, given to the kernel row-major (transposed here and back) when
+/// `row_major`.
 fn run_getrf<T: TestScalar>(
     a: &mut [T],
     m: u32,
     n: u32,
     batch: u64,
     threads: u32,
+    row_major: bool,
 ) -> (Vec<i32>, Vec<i32>) {
+    if row_major {
+        a.copy_from_slice(&transposed(a, m as usize, n as usize));
+    }
     let (variant, grid_dim, block, shared) =
         plan(T::KIND, m, n, batch, Some(threads), HOPPER_SHARED).unwrap();
     let mut ipiv = vec![-7; batch as usize * m.min(n) as usize];
@@ -121,15 +145,19 @@ fn run_getrf<T: TestScalar>(
     let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
     grid::launch(grid_dim, block, scratch, move || unsafe {
         let (a, ipiv, info) = (pa, pp, pi);
+        let layout = row_major as u32;
         match variant {
-            Variant::Rows(4) => getrf_rows::<T, 4>(a.0, ipiv.0, info.0, m, n, batch),
-            Variant::Rows(8) => getrf_rows::<T, 8>(a.0, ipiv.0, info.0, m, n, batch),
-            Variant::Rows(16) => getrf_rows::<T, 16>(a.0, ipiv.0, info.0, m, n, batch),
-            Variant::Rows(32) => getrf_rows::<T, 32>(a.0, ipiv.0, info.0, m, n, batch),
+            Variant::Rows(4) => getrf_rows::<T, 4>(a.0, ipiv.0, info.0, m, n, batch, layout),
+            Variant::Rows(8) => getrf_rows::<T, 8>(a.0, ipiv.0, info.0, m, n, batch, layout),
+            Variant::Rows(16) => getrf_rows::<T, 16>(a.0, ipiv.0, info.0, m, n, batch, layout),
+            Variant::Rows(32) => getrf_rows::<T, 32>(a.0, ipiv.0, info.0, m, n, batch, layout),
             Variant::Rows(_) => unreachable!(),
-            Variant::Block => getrf_block::<T>(a.0, ipiv.0, info.0, m, n, batch),
+            Variant::Block => getrf_block::<T>(a.0, ipiv.0, info.0, m, n, batch, layout),
         }
     });
+    if row_major {
+        a.copy_from_slice(&transposed(a, n as usize, m as usize));
+    }
     (ipiv, info)
 }
 
@@ -298,17 +326,17 @@ fn check_lu<T: TestScalar>(a: &[T], lu: &[T], ipiv: &[i32], m: usize, n: usize) 
     }
 }
 
-fn getrf_case<T: TestScalar>(m: u32, n: u32, batch: u64, threads: u32, seed: u64) {
+fn getrf_case<T: TestScalar>(m: u32, n: u32, batch: u64, threads: u32, seed: u64, row_major: bool) {
     let (mu, nu) = (m as usize, n as usize);
     let input = Rng(seed).matrices::<T>(batch as usize * mu * nu);
     let mut got = input.clone();
-    let (ipiv, info) = run_getrf(&mut got, m, n, batch, threads);
+    let (ipiv, info) = run_getrf(&mut got, m, n, batch, threads, row_major);
     let k = mu.min(nu);
     for b in 0..batch as usize {
         let r = b * mu * nu..(b + 1) * mu * nu;
         let mut want = input[r.clone()].to_vec();
         let (want_ipiv, want_info) = reference_getrf(&mut want, mu, nu);
-        let what = std::format!("{:?} {m}x{n} matrix {b}", T::KIND);
+        let what = std::format!("{:?} {m}x{n} matrix {b}, row-major {row_major}", T::KIND);
         assert_same(&got[r.clone()], &want, &what);
         assert_eq!(&ipiv[b * k..(b + 1) * k], &want_ipiv[..], "{what}: ipiv");
         assert_eq!(info[b], want_info, "{what}: info");
@@ -344,7 +372,10 @@ fn getrf_all_sizes<T: TestScalar>() {
     .enumerate()
     {
         if plan(T::KIND, m, n, batch, Some(threads), HOPPER_SHARED).is_some() {
-            getrf_case::<T>(m, n, batch, threads, 0x9e37_79b9_7f4a_7c15 + i as u64);
+            for row_major in [false, true] {
+                let seed = 0x9e37_79b9_7f4a_7c15 + i as u64;
+                getrf_case::<T>(m, n, batch, threads, seed, row_major);
+            }
         }
     }
 }
@@ -385,7 +416,7 @@ fn getrf_special<T: TestScalar>() {
         input[at(2, 3, 1)] = T::from_parts(f64::NAN, 0.0);
         input[at(3, 0, 0)] = T::from_parts(f64::NAN, f64::NAN);
         let mut got = input.clone();
-        let (ipiv, info) = run_getrf(&mut got, m, n, 5, threads);
+        let (ipiv, info) = run_getrf(&mut got, m, n, 5, threads, false);
         for b in 0..5 {
             let r = b * mu * nu..(b + 1) * mu * nu;
             let mut want = input[r.clone()].to_vec();
@@ -542,6 +573,110 @@ fn potrf_all<T: TestScalar>() {
     }
 }
 
+/// jax's whole cholesky (`cholesky_rows`) of the row-major matrices `a`; returns L row-major.
+fn run_cholesky<T: TestScalar>(
+    a: &[T],
+    n: u32,
+    batch: u64,
+    symmetrize: bool,
+    threads: u32,
+) -> Vec<T> {
+    let (variant, grid_dim, block, shared) =
+        plan(T::KIND, n, n, batch, Some(threads), HOPPER_SHARED).unwrap();
+    let mut l = vec![T::from_parts(-7.0, 3.0); a.len()];
+    let (pa, pl) = (Ptr(a.as_ptr() as *mut T), Ptr(l.as_mut_ptr()));
+    let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
+    let symmetrize = symmetrize as u32;
+    grid::launch(grid_dim, block, scratch, move || unsafe {
+        let (a, l) = (pa, pl);
+        match variant {
+            Variant::Rows(4) => cholesky_rows::<T, 4>(a.0, l.0, n, batch, symmetrize),
+            Variant::Rows(8) => cholesky_rows::<T, 8>(a.0, l.0, n, batch, symmetrize),
+            Variant::Rows(16) => cholesky_rows::<T, 16>(a.0, l.0, n, batch, symmetrize),
+            Variant::Rows(32) => cholesky_rows::<T, 32>(a.0, l.0, n, batch, symmetrize),
+            _ => unreachable!("no block kernel for the fused cholesky"),
+        }
+    });
+    l
+}
+
+/// The fused kernels against the sequential xPOTF2 of jax's symmetrized lower triangle, bit
+/// for bit: zeros above the diagonal, NaN on and below it for a matrix that fails.
+fn cholesky_fused_all<T: TestScalar>() {
+    for (c, &(n, batch, threads)) in [
+        (1u32, 3u64, 32u32),
+        (3, 9, 32),
+        (6, 7, 32),
+        (8, 4, 64),
+        (13, 3, 32),
+        (16, 2, 32),
+        (25, 3, 64),
+        (32, 2, 32),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let nu = n as usize;
+        for symmetrize in [true, false] {
+            let mut rng = Rng(0x5851_f42d_4c95_7f2d + c as u64);
+            let mut input = spd::<T>(&mut rng, nu, batch as usize);
+            // Not Hermitian: the upper triangle off by a few percent, so symmetrizing counts.
+            for (e, x) in input.iter_mut().enumerate() {
+                let (i, j) = (e % nu, (e / nu) % nu);
+                if i < j {
+                    let z = x.c128() * Complex::new(1.03, 0.02);
+                    *x = T::from_parts(z.re, z.im);
+                }
+            }
+            if batch > 1 {
+                let bad = (batch as usize - 1) * nu * nu + (nu / 2) * (nu + 1);
+                input[bad] = T::from_parts(-1e3, 0.0);
+            }
+            let got = run_cholesky(&transposed(&input, nu, nu), n, batch, symmetrize, threads);
+            let half = T::from_parts(0.5, 0.0);
+            for b in 0..batch as usize {
+                let a = &input[b * nu * nu..(b + 1) * nu * nu];
+                let mut lower = a.to_vec();
+                if symmetrize {
+                    for k in 0..nu {
+                        for i in k..nu {
+                            lower[k * nu + i] = (a[k * nu + i] + a[i * nu + k].conj()) * half;
+                        }
+                    }
+                }
+                let info = reference_potrf(&mut lower, nu, true);
+                let want: Vec<T> = (0..nu * nu)
+                    .map(|e| {
+                        let (i, k) = (e / nu, e % nu);
+                        if k > i {
+                            T::ZERO
+                        } else if info != 0 {
+                            T::from_parts(f64::NAN, 0.0)
+                        } else {
+                            lower[k * nu + i]
+                        }
+                    })
+                    .collect();
+                let what = std::format!("{:?} n={n} symmetrize={symmetrize} matrix {b}", T::KIND);
+                assert_same(&got[b * nu * nu..(b + 1) * nu * nu], &want, &what);
+                assert_eq!(
+                    info != 0,
+                    batch > 1 && b == batch as usize - 1,
+                    "{what}: info"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn cholesky_fused_all_types() {
+    cholesky_fused_all::<f32>();
+    cholesky_fused_all::<f64>();
+    cholesky_fused_all::<Complex<f32>>();
+    cholesky_fused_all::<Complex<f64>>();
+}
+
 #[test]
 fn potrf_f32() {
     potrf_all::<f32>();
@@ -611,7 +746,7 @@ fn plans() {
 #[test]
 fn empty_matrices_report_success() {
     let mut a: Vec<f64> = Vec::new();
-    let (ipiv, info) = run_getrf(&mut a, 0, 3, 2, 32);
+    let (ipiv, info) = run_getrf(&mut a, 0, 3, 2, 32, true);
     assert!(ipiv.is_empty());
     assert_eq!(info, [0, 0]);
 }

@@ -66,6 +66,50 @@ fn run_orgqr<T: QrTest>(a: &mut [T], tau: &[T], m: u32, n: u32, k: u32, batch: u
     });
 }
 
+/// jax's `qr` of the row-major matrices `a` by the kernel `qr_launch` would pick (lanes with
+/// `threads` per block, or block); returns Q and R, row-major.
+fn run_qr<T: QrTest>(
+    a: &[T],
+    m: u32,
+    n: u32,
+    batch: u64,
+    threads: u32,
+    full_matrices: bool,
+) -> (Vec<T>, Vec<T>) {
+    let mq = qr_q_columns(m, n, full_matrices);
+    let junk = <T as TestScalar>::from_parts(-7.0, 0.5);
+    let mut q = vec![junk; (batch * (m * mq) as u64) as usize];
+    let mut r = vec![junk; (batch * (mq * n) as u64) as usize];
+    let (pa, pq, pr) = (
+        Ptr(a.as_ptr() as *mut T),
+        Ptr(q.as_mut_ptr()),
+        Ptr(r.as_mut_ptr()),
+    );
+    let (cols, full) = (n.max(mq), full_matrices as u32);
+    let lanes =
+        plan(T::KIND, m, cols, batch, Some(threads)).filter(|_| geqrf_has_kernel(T::KIND, m, n));
+    match lanes {
+        None => run_block(m, cols, batch, T::KIND, move || unsafe {
+            let (a, q, r) = (pa, pq, pr);
+            qr_block::<T>(a.0, q.0, r.0, m, n, batch, full)
+        }),
+        Some((w, grid_dim, block, shared)) => {
+            let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
+            grid::launch(grid_dim, block, scratch, move || unsafe {
+                let (a, q, r) = (pa, pq, pr);
+                match w {
+                    4 => qr_rows::<T, 4>(a.0, q.0, r.0, m, n, batch, full),
+                    8 => qr_rows::<T, 8>(a.0, q.0, r.0, m, n, batch, full),
+                    16 => qr_rows::<T, 16>(a.0, q.0, r.0, m, n, batch, full),
+                    32 => qr_rows::<T, 32>(a.0, q.0, r.0, m, n, batch, full),
+                    _ => unreachable!(),
+                }
+            })
+        }
+    }
+    (q, r)
+}
+
 /// Reference xLARFG on `x` (`x[0]` = alpha), for mid-range data: plain sequential norms (the
 /// kernels' overflow/underflow guards are checked separately, by scaled inputs).
 fn ref_larfg<T: QrTest>(x: &mut [T]) -> T {
@@ -175,13 +219,78 @@ fn qr_case<T: QrTest>(input: &[T], m: u32, n: u32, batch: u64, threads: u32) {
         org2r(&mut want_q, mu, p, mu, p, &want_tau);
         let got_q = &q[b * p * mu..(b + 1) * p * mu];
         assert_same(got_q, &want_q, &std::format!("{what}: Q"));
-        check_qr(&input[range.clone()], got_q, &got[range], mu, nu, p, &what);
+        check_qr(
+            &input[range.clone()],
+            got_q,
+            &got[range.clone()],
+            mu,
+            nu,
+            p,
+            &what,
+        );
+        fused_qr_matches(
+            &input[range.clone()],
+            &want,
+            &want_tau,
+            m,
+            n,
+            threads,
+            &what,
+        );
         for t in &want_tau {
             // LAPACK's tau: 1 ≤ re ≤ 2, |tau - 1| ≤ 1 (or 0 for H = I).
             let t = c(*t);
             assert!(
                 t == Complex::new(0.0, 0.0) || (t - 1.0).norm_sqr().sqrt() <= 1.0 + 1e-6,
                 "{what}: tau {t}"
+            );
+        }
+    }
+}
+
+/// The fused kernels (`qr_launch`) on one matrix (`a`, column-major) and two copies of it, both
+/// `full_matrices`, against geqrf's output `factored` and `tau` (the references): R its upper
+/// triangle, Q [`org2r`] of its reflectors, bit for bit.
+fn fused_qr_matches<T: QrTest>(
+    a: &[T],
+    factored: &[T],
+    tau: &[T],
+    m: u32,
+    n: u32,
+    threads: u32,
+    what: &str,
+) {
+    let (mu, nu, k) = (m as usize, n as usize, m.min(n) as usize);
+    let rows = crate::small::tests::transposed(a, mu, nu);
+    let batch: Vec<T> = rows.iter().chain(&rows).chain(&rows).copied().collect();
+    for full in [false, true] {
+        let mq = qr_q_columns(m, n, full) as usize;
+        let (q, r) = run_qr(&batch, m, n, 3, threads, full);
+        let mut want_q = vec![T::ZERO; mu * mq];
+        want_q[..mu * k].copy_from_slice(&factored[..mu * k]);
+        org2r(&mut want_q, mu, mq, mu, k, tau);
+        let want_q = crate::small::tests::transposed(&want_q, mu, mq);
+        let want_r: Vec<T> = (0..mq * nu)
+            .map(|e| {
+                let (i, j) = (e / nu, e % nu);
+                if i <= j {
+                    factored[j * mu + i]
+                } else {
+                    T::ZERO
+                }
+            })
+            .collect();
+        for b in 0..3 {
+            let what = std::format!("{what}: fused qr (full {full}) copy {b}");
+            assert_same(
+                &q[b * mu * mq..(b + 1) * mu * mq],
+                &want_q,
+                &std::format!("{what}: Q"),
+            );
+            assert_same(
+                &r[b * mq * nu..(b + 1) * mq * nu],
+                &want_r,
+                &std::format!("{what}: R"),
             );
         }
     }
