@@ -101,8 +101,19 @@ targets!(
         ops::pivots::ferrax_cuda_lu_pivots_to_permutation
     ),
     (ops::getrf::TARGET, "CUDA", ops::getrf::ferrax_cuda_getrf),
+    (
+        ops::getrf::ROW_MAJOR_TARGET,
+        "CUDA",
+        ops::getrf::ferrax_cuda_getrf_row_major
+    ),
     (ops::potrf::TARGET, "CUDA", ops::potrf::ferrax_cuda_potrf),
+    (
+        ops::potrf::FUSED_TARGET,
+        "CUDA",
+        ops::potrf::ferrax_cuda_cholesky
+    ),
     (ops::qr::GEQRF_TARGET, "CUDA", ops::qr::ferrax_cuda_geqrf),
+    (ops::qr::QR_TARGET, "CUDA", ops::qr::ferrax_cuda_qr),
     (ops::qr::ORGQR_TARGET, "CUDA", ops::qr::ferrax_cuda_orgqr),
     (ops::qr::ORMQR_TARGET, "CUDA", ops::qr::ferrax_cuda_ormqr),
     (

@@ -1,6 +1,7 @@
 use crate::ffi::{Error, Result, ScratchAllocator, Stream};
 use cudarc::driver::{result, sys, DriverError};
 use ferrax_kernels::launch::LaunchConfig;
+use ferrax_kernels::relayout::Strides;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -187,6 +188,44 @@ impl GpuStream {
         // SAFETY: `pointers` holds `count` words; the kernel writes nothing else.
         unsafe { self.launch(&config, &mut params)? };
         Ok(pointers.cast())
+    }
+
+    /// Copies the `batch` `rows×cols` matrices of `bytes`-byte elements at `src`, laid out as
+    /// `from`, to `dst` as `to` (zeros below the diagonal when `upper`), by a kernel on the
+    /// stream: the row-major targets' way to and from the column-major libraries.
+    ///
+    /// # Safety
+    /// Both device arrays span every element their strides reach, and do not overlap.
+    #[allow(clippy::too_many_arguments)] // the copy's geometry, as the kernel takes it
+    pub unsafe fn copy_matrices(
+        &self,
+        src: *const c_void,
+        dst: *mut c_void,
+        bytes: usize,
+        [rows, cols, batch]: [usize; 3],
+        from: Strides,
+        to: Strides,
+        upper: bool,
+    ) -> Result<()> {
+        let (rows, cols, batch) = (rows as u64, cols as u64, batch as u64);
+        let config = ferrax_kernels::relayout::copy_matrices_launch(bytes, rows * cols * batch)
+            .ok_or_else(|| Error::internal(format!("no matrix copy for {bytes}-byte elements")))?;
+        let upper = upper as u32;
+        let mut params = [
+            param(&src),
+            param(&dst),
+            param(&rows),
+            param(&cols),
+            param(&batch),
+            param(&from.matrix),
+            param(&from.row),
+            param(&from.col),
+            param(&to.matrix),
+            param(&to.row),
+            param(&to.col),
+            param(&upper),
+        ];
+        self.launch(&config, &mut params)
     }
 
     /// Zeroes `bytes` of device memory at `ptr`, ordered on the stream.

@@ -16,6 +16,7 @@ use crate::ops::{
 };
 use ferrax_cpu_fallback::Lapack;
 use ferrax_kernels::launch::ScalarKind;
+use ferrax_kernels::relayout::Strides;
 use ferrax_kernels::small::lanes::{self, LANES};
 use ferrax_kernels::small::{getf2, Scalar};
 use std::ffi::CStr;
@@ -168,10 +169,25 @@ ffi_handler! {
     ret ipiv: Buffer;
     ret info: Buffer;
     traits = 0;
-    body = getrf_cuda;
+    body = getrf_cuda::<false>;
 }
 
-fn getrf_cuda(
+ffi_handler! {
+    /// [`ferrax_cuda_getrf`] on row-major matrices (jax's layout, `lu` not aliased): the PTX
+    /// kernels read and write them where they are; for the libraries, the batch is copied
+    /// column-major and back.
+    pub fn ferrax_cuda_getrf_row_major = ROW_MAJOR_TARGET;
+    ctx stream: Stream;
+    ctx scratch: ScratchAllocator;
+    arg a: Buffer;
+    ret lu: Buffer;
+    ret ipiv: Buffer;
+    ret info: Buffer;
+    traits = 0;
+    body = getrf_cuda::<true>;
+}
+
+fn getrf_cuda<const ROW_MAJOR: bool>(
     stream: Stream,
     scratch: ScratchAllocator<'_>,
     a: Buffer<'_>,
@@ -201,22 +217,46 @@ fn getrf_cuda(
             lapack_dim(&a, shape.cols)?,
             lapack_dim(&a, shape.batch)?,
         ];
-        let (lu, ipiv, info) = (lu.data_ptr(), ipiv.data_ptr(), info.data_ptr());
-        return dispatch_lapack!(
+        let (lu, ipiv, info) = (lu.data_ptr().cast(), ipiv.data_ptr(), info.data_ptr());
+        let column_major = if ROW_MAJOR {
+            scratch.allocate(shape.batch * shape.matrix_len() * kind.bytes(), 16)?
+        } else {
+            lu
+        };
+        let relayout = |src, dst, from, to| {
+            let geometry = [shape.rows, shape.cols, shape.batch];
+            // SAFETY: both hold the batch (`lu` as the result's shape says, `column_major`
+            // as allocated), distinct buffers.
+            unsafe { gpu.copy_matrices(src, dst, kind.bytes(), geometry, from, to, false) }
+        };
+        let (rows, cols) = (shape.rows as u64, shape.cols as u64);
+        let (row_major, lapack) = (
+            Strides::row_major(rows, cols),
+            Strides::column_major(rows, rows * cols),
+        );
+        if ROW_MAJOR {
+            relayout(lu, column_major, row_major, lapack)?;
+        }
+        dispatch_lapack!(
             a,
             getrf_library(
                 library,
                 shape,
                 dims,
                 kind,
-                lu.cast(),
+                column_major.cast(),
                 ipiv.cast(),
                 info.cast()
             )
-        );
+        )?;
+        if ROW_MAJOR {
+            relayout(column_major, lu, lapack, row_major)?;
+        }
+        return Ok(());
     };
     let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
     let (lu, ipiv, info) = (lu.data_ptr(), ipiv.data_ptr(), info.data_ptr());
+    let row_major = ROW_MAJOR as u32;
     let mut params = [
         param(&lu),
         param(&ipiv),
@@ -224,8 +264,9 @@ fn getrf_cuda(
         param(&m),
         param(&n),
         param(&batch),
+        param(&row_major),
     ];
-    // SAFETY: batch column-major m×n matrices, min(m, n) pivots and one info each.
+    // SAFETY: batch m×n matrices in the target's layout, min(m, n) pivots and one info each.
     unsafe { gpu.launch(&config, &mut params) }
 }
 

@@ -6,7 +6,7 @@
 use crate::cuda::cusolver::{Dense, Fill, Solver};
 use crate::cuda::param;
 use crate::ffi::{
-    Buffer, DataType, MatrixBatch, NativeType, Result, ScratchAllocator, Stream, ThreadPool,
+    Buffer, DataType, Error, MatrixBatch, NativeType, Result, ScratchAllocator, Stream, ThreadPool,
 };
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
@@ -245,6 +245,62 @@ ffi_handler! {
     attr uplo: u8;
     traits = 0;
     body = potrf_cuda;
+}
+
+ffi_handler! {
+    /// jax's whole `cholesky` on the GPU, on row-major arrays as [`ferrax_cpu_cholesky`]:
+    /// ferrax's lanes kernels, one pass over memory, for orders up to 32 (`install()` sends
+    /// larger matrices through jax's steps, i.e. [`ferrax_cuda_potrf`]).
+    pub fn ferrax_cuda_cholesky = FUSED_TARGET;
+    ctx stream: Stream;
+    arg a: Buffer;
+    ret l: Buffer;
+    attr symmetrize_input: bool;
+    traits = 0;
+    body = cholesky_cuda;
+}
+
+fn cholesky_cuda(
+    stream: Stream,
+    a: Buffer<'_>,
+    l: Buffer<'_>,
+    symmetrize_input: bool,
+) -> Result<()> {
+    let kind = gpu_scalar_kind(&a)?;
+    let shape = MatrixBatch::square(&a)?;
+    l.expect_dtype(a.dtype())?;
+    l.expect_dims(a.dims())?;
+    if shape.batch == 0 || shape.rows == 0 {
+        return Ok(());
+    }
+    let n = u32::try_from(shape.rows).ok();
+    let Some(config) =
+        n.and_then(|n| ferrax_kernels::small::cholesky_launch(kind, n, shape.batch as u64))
+    else {
+        return Err(Error::unimplemented(format!(
+            "{}: on CUDA its kernels take matrices up to 32×32, got {}×{} (jax's cholesky steps \
+             with ferrax_potrf take any order)",
+            FUSED_TARGET.to_string_lossy(),
+            shape.rows,
+            shape.cols
+        )));
+    };
+    let gpu = crate::cuda::GpuStream::adopt(stream)?;
+    let (a, l) = (a.data_ptr(), l.data_ptr());
+    let (n, batch, symmetrize) = (
+        shape.rows as u32,
+        shape.batch as u64,
+        symmetrize_input as u32,
+    );
+    let mut params = [
+        param(&a),
+        param(&l),
+        param(&n),
+        param(&batch),
+        param(&symmetrize),
+    ];
+    // SAFETY: batch row-major n×n matrices in `a` and in `l`.
+    unsafe { gpu.launch(&config, &mut params) }
 }
 
 fn potrf_cuda(

@@ -13,7 +13,7 @@
 
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Op, Side, Solver};
-use crate::cuda::param;
+use crate::cuda::{param, GpuStream};
 use crate::ffi::{
     Buffer, DataType, Error, MatrixBatch, Result, ScratchAllocator, Stream, ThreadPool,
 };
@@ -24,6 +24,8 @@ use crate::ops::{
     routine, small_kernel, transpose, GpuLibrary, Scalar, SharedMut,
 };
 use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
+use ferrax_kernels::launch::ScalarKind;
+use ferrax_kernels::relayout::Strides;
 use ferrax_kernels::small::qr::{self as small_qr, QrScalar};
 use num_complex::Complex;
 use std::ffi::{c_char, CStr};
@@ -391,6 +393,24 @@ fn qr_cpu(
     dispatch_lapack!(a, qr_typed(pool, a, q, r, full_matrices))
 }
 
+/// Checks `q` and `r` against `a [..., m, n]` (`q [..., m, mq]`, `r [..., mq, n]`, `mq` being
+/// `m` with `full_matrices`, else `min(m, n)`); returns `a`'s shape and `mq`.
+fn qr_shapes(
+    a: &Buffer<'_>,
+    q: &Buffer<'_>,
+    r: &Buffer<'_>,
+    full_matrices: bool,
+) -> Result<(MatrixBatch, usize)> {
+    let shape = MatrixBatch::of(a)?;
+    let (rows, cols) = (shape.rows, shape.cols);
+    let q_cols = if full_matrices { rows } else { rows.min(cols) };
+    for (result, dims) in [(q, [rows, q_cols]), (r, [q_cols, cols])] {
+        result.expect_dtype(a.dtype())?;
+        result.expect_dims(&[shape.batch_dims(a), &[dims[0] as i64, dims[1] as i64]].concat())?;
+    }
+    Ok((shape, q_cols))
+}
+
 fn qr_typed<T: Scalar + QrScalar>(
     pool: ThreadPool<'_>,
     a: Buffer<'_>,
@@ -398,14 +418,9 @@ fn qr_typed<T: Scalar + QrScalar>(
     r: Buffer<'_>,
     full_matrices: bool,
 ) -> Result<()> {
-    let shape = MatrixBatch::of(&a)?;
+    let (shape, q_cols) = qr_shapes(&a, &q, &r, full_matrices)?;
     let (rows, cols) = (shape.rows, shape.cols);
     let k = rows.min(cols);
-    let q_cols = if full_matrices { rows } else { k };
-    for (result, dims) in [(&q, [rows, q_cols]), (&r, [q_cols, cols])] {
-        result.expect_dtype(a.dtype())?;
-        result.expect_dims(&[shape.batch_dims(&a), &[dims[0] as i64, dims[1] as i64]].concat())?;
-    }
     let (m, n) = (lapack_dim(&a, rows)?, lapack_dim(&a, cols)?);
     let (mq, reflectors) = (lapack_dim(&a, q_cols)?, lapack_dim(&a, k)?);
     if shape.batch == 0 {
@@ -846,7 +861,11 @@ fn geqrf_cuda(
             lapack_dim(&x, shape.cols)?,
             lapack_dim(&x, shape.batch)?,
         ];
-        return dispatch_lapack!(x, geqrf_library(library, shape, dims, a.cast(), tau.cast()));
+        let stride = shape.matrix_len();
+        return dispatch_lapack!(
+            x,
+            geqrf_library(library, shape, dims, stride, a.cast(), tau.cast())
+        );
     };
     let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
     let mut params = [param(&a), param(&tau), param(&m), param(&n), param(&batch)];
@@ -863,15 +882,17 @@ pub(crate) fn geqrf_uses_cublas_batched(m: usize, batch: usize) -> bool {
     m <= 256 && batch >= (m / 16).max(2)
 }
 
-/// Householder QR of the batch (`dims`: m, n and the batch) in place in `a`, taus in `tau`.
+/// Householder QR of the batch (`dims`: m, n and the batch; the matrices `stride` elements
+/// apart, leading dimension m) in place in `a`, taus in `tau`.
 fn geqrf_library<T: Dense + Batched>(
     library: GpuLibrary<'_>,
     shape: MatrixBatch,
     [m, n, batch]: [i32; 3],
+    stride: usize,
     a: *mut T,
     tau: *mut T,
 ) -> Result<()> {
-    let (k, matrix_len) = (shape.rows.min(shape.cols), shape.matrix_len());
+    let (k, matrix_len) = (shape.rows.min(shape.cols), stride);
     if geqrf_uses_cublas_batched(shape.rows, shape.batch) {
         let matrices = library.batch_pointers(a, matrix_len, shape.batch)?;
         let taus = library.batch_pointers(tau, k, shape.batch)?;
@@ -905,6 +926,133 @@ fn geqrf_library<T: Dense + Batched>(
         })?;
     }
     Ok(())
+}
+
+ffi_handler! {
+    /// jax's `qr` on the GPU, on row-major arrays as [`ferrax_cpu_qr`]: ferrax's fused PTX
+    /// kernels (R and Q in one pass over memory) up to 128×128 as shared memory allows; past
+    /// them geqrf and orgqr from the libraries on a column-major copy of the batch.
+    pub fn ferrax_cuda_qr = QR_TARGET;
+    ctx stream: Stream;
+    ctx scratch: ScratchAllocator;
+    arg a: Buffer;
+    ret q: Buffer;
+    ret r: Buffer;
+    attr full_matrices: bool;
+    traits = 0;
+    body = qr_cuda;
+}
+
+fn qr_cuda(
+    stream: Stream,
+    scratch: ScratchAllocator<'_>,
+    a: Buffer<'_>,
+    q: Buffer<'_>,
+    r: Buffer<'_>,
+    full_matrices: bool,
+) -> Result<()> {
+    let kind = gpu_scalar_kind(&a)?;
+    let (shape, q_cols) = qr_shapes(&a, &q, &r, full_matrices)?;
+    if shape.batch == 0 || shape.rows == 0 {
+        return Ok(()); // Q and R are empty
+    }
+    let gpu = GpuStream::adopt(stream)?;
+    let (a_ptr, q_ptr, r_ptr) = (a.data_ptr(), q.data_ptr(), r.data_ptr());
+    let Some(config) = small_kernel(&gpu, shape, |m, n, batch, max_shared| {
+        ferrax_kernels::small::qr::qr_launch(kind, m, n, batch, full_matrices, max_shared)
+    })?
+    else {
+        let library = GpuLibrary {
+            gpu: &gpu,
+            scratch: &scratch,
+        };
+        let dims = [
+            lapack_dim(&a, shape.rows)?,
+            lapack_dim(&a, shape.cols)?,
+            lapack_dim(&a, q_cols)?,
+            lapack_dim(&a, shape.batch)?,
+        ];
+        let pointers = [a_ptr, q_ptr, r_ptr].map(|p| p.cast::<std::ffi::c_void>());
+        return dispatch_lapack!(a, qr_library(library, shape, dims, kind, pointers));
+    };
+    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
+    let full = full_matrices as u32;
+    let mut params = [
+        param(&a_ptr),
+        param(&q_ptr),
+        param(&r_ptr),
+        param(&m),
+        param(&n),
+        param(&batch),
+        param(&full),
+    ];
+    // SAFETY: batch row-major m×n matrices in, their m×mq Q and mq×n R out.
+    unsafe { gpu.launch(&config, &mut params) }
+}
+
+/// jax's `qr` through the libraries (`dims`: m, n, Q's columns mq and the batch): A copied column-major
+/// into a workspace as wide as A and Q, geqrf there, R copied out (upper triangle), orgqr in
+/// place, Q copied out.
+fn qr_library<T: Dense + Batched>(
+    library: GpuLibrary<'_>,
+    shape: MatrixBatch,
+    [m, n, q_cols, batch]: [i32; 4],
+    kind: ScalarKind,
+    [a, q, r]: [*mut std::ffi::c_void; 3],
+) -> Result<()> {
+    let (rows, cols, mq) = (shape.rows, shape.cols, q_cols as usize);
+    let k = rows.min(cols);
+    let width = cols.max(mq);
+    let stride = rows * width;
+    let bytes = kind.bytes();
+    let work = library.scratch.allocate(shape.batch * stride * bytes, 16)?;
+    let taus = library
+        .scratch
+        .allocate((shape.batch * k).max(1) * bytes, 16)?;
+    let gpu = library.gpu;
+    let lapack = Strides::column_major(rows as u64, stride as u64);
+    let row_major = |r: usize, c: usize| Strides::row_major(r as u64, c as u64);
+    if width > cols {
+        // Q's columns past A's: orgqr sets them, but from defined values.
+        gpu.zero(work, shape.batch * stride * bytes)?;
+    }
+    let geometry = |r: usize, c: usize| [r, c, shape.batch];
+    // SAFETY: every copy stays within the batch of its arrays (A m×n, R mq×n, Q m×mq, the
+    // workspace m×width per matrix), distinct buffers.
+    unsafe {
+        let from_a = (row_major(rows, cols), lapack);
+        gpu.copy_matrices(
+            a,
+            work,
+            bytes,
+            geometry(rows, cols),
+            from_a.0,
+            from_a.1,
+            false,
+        )?;
+    }
+    if k > 0 {
+        let dims = [m, n, batch];
+        geqrf_library::<T>(library, shape, dims, stride, work.cast(), taus.cast())?;
+    }
+    unsafe {
+        let to_r = row_major(mq, cols);
+        gpu.copy_matrices(work, r, bytes, geometry(mq, cols), lapack, to_r, true)?;
+    }
+    let q_shape = MatrixBatch { cols: mq, ..shape };
+    let dims = [m, q_cols, k as i32];
+    orgqr_library::<T>(
+        library,
+        q_shape,
+        dims,
+        stride,
+        work.cast(),
+        taus.cast_const().cast(),
+    )?;
+    unsafe {
+        let to_q = row_major(rows, mq);
+        gpu.copy_matrices(work, q, bytes, geometry(rows, mq), lapack, to_q, false)
+    }
 }
 
 ffi_handler! {
@@ -949,9 +1097,17 @@ fn orgqr_cuda(
             lapack_dim(&x, shape.cols)?,
             reflectors,
         ];
+        let stride = shape.matrix_len();
         return dispatch_lapack!(
             x,
-            orgqr_library(library, shape, dims, a.cast(), tau.cast_const().cast())
+            orgqr_library(
+                library,
+                shape,
+                dims,
+                stride,
+                a.cast(),
+                tau.cast_const().cast()
+            )
         );
     };
     let (m, n, k, batch) = (
@@ -972,16 +1128,18 @@ fn orgqr_cuda(
     unsafe { gpu.launch(&config, &mut params) }
 }
 
-/// Q's first n columns from k reflectors per matrix (`dims`: m, n, k), in place in `a`, one
-/// cuSOLVER call per matrix (it has no batched orgqr).
+/// Q's first n columns from k reflectors per matrix (`dims`: m, n, k; the matrices `stride`
+/// elements apart, leading dimension m), in place in `a`, one cuSOLVER call per matrix (it has
+/// no batched orgqr).
 fn orgqr_library<T: Dense>(
     library: GpuLibrary<'_>,
     shape: MatrixBatch,
     [m, n, k]: [i32; 3],
+    stride: usize,
     a: *mut T,
     tau: *const T,
 ) -> Result<()> {
-    let (matrix_len, taus) = (shape.matrix_len(), k as usize);
+    let (matrix_len, taus) = (stride, k as usize);
     let solver = Solver::on(library.gpu)?;
     // SAFETY: a size query on a matrix of the batch.
     let lwork = solver.lwork("orgqr_bufferSize", |h, lwork| unsafe {
