@@ -7,6 +7,7 @@ import pytest
 import jax
 import jax.numpy as jnp
 from jax._src import config as jax_config
+from jax._src.lax import linalg as lax_linalg  # geqrf: not exported by jax.lax.linalg
 
 import ferrax
 from helpers import assert_same
@@ -240,8 +241,8 @@ def test_installed_lu_cholesky_solve_match_stock(gpu, dtype, batch, n, rng, rand
     ferrax.install()
     ours, hlo = on(gpu, fns, a, spd, b)
     limit = lambda op: ferrax._install._GPU_THRESHOLDS[op][np.dtype(dtype).name]
-    assert ("ferrax_getrf" in hlo) == (n <= limit("getrf"))
-    assert ("ferrax_potrf" in hlo) == (n <= limit("potrf"))
+    assert ("ferrax_getrf_row_major" in hlo) == (n <= limit("getrf"))
+    assert ("ferrax_cholesky" in hlo) == (n <= limit("potrf"))
     (lu, piv, perm), chol, x, det = ours
     # The H200 run showed jaxlib's GPU getrf choosing other pivots than LAPACK for complex
     # input (ferrax's kernels pick LAPACK's), and ill-conditioned single-precision solves
@@ -262,10 +263,32 @@ def test_installed_cholesky_not_positive_definite_is_nan(gpu, rng):
     a[2] = -np.eye(8)
     ferrax.install()
     ours, hlo = on(gpu, jnp.linalg.cholesky, a)
-    assert "ferrax_potrf" in hlo
-    assert np.isnan(ours[2]).all()
+    assert "ferrax_cholesky" in hlo
+    assert np.isnan(np.tril(ours[2])).all() and (np.triu(ours[2], 1) == 0).all()
     np.testing.assert_allclose(ours[[0, 1, 3]], np.linalg.cholesky(a[[0, 1, 3]]), rtol=1e-4,
                                atol=1e-4)
+
+
+# jax's whole cholesky in one ferrax_cholesky call (n <= 32): symmetrized or from the lower
+# triangle alone (the upper one garbage), against stock jax on the same GPU.
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("batch, n", [((1000,), 4), ((300,), 8), ((3, 40), 16), ((257,), 32),
+                                      ((5,), 1), ((0,), 8)], ids=str)
+def test_installed_fused_cholesky_matches_stock(gpu, dtype, batch, n, rng, random_matrix,
+                                                assert_close):
+    a = _spd(rng, batch, n, dtype)
+    noisy = a + np.triu(random_matrix(batch + (n, n), dtype), 1)  # not Hermitian
+    if batch[0] > 2:
+        a[1] = -np.eye(n, dtype=dtype)  # fails: NaN below, zeros above
+    fns = lambda a, noisy: (jnp.linalg.cholesky(a), jax.lax.linalg.cholesky(noisy),
+                            jax.lax.linalg.cholesky(noisy, symmetrize_input=False))
+    stock, _ = on(gpu, fns, a, noisy)
+    ferrax.install()
+    with ferrax._install.ferrax_on_gpu_everywhere():
+        ours, hlo = on(gpu, fns, a, noisy)
+    assert "ferrax_cholesky" in hlo and "potrf" not in hlo
+    for got, want in zip(ours, stock):
+        assert_close(got, want, dtype, "reconstruct")  # NaN exactly where stock has NaN
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
@@ -273,19 +296,27 @@ def test_installed_cholesky_not_positive_definite_is_nan(gpu, rng):
                                          ((7,), 13, 20), ((4,), 16, 16), ((2,), 1, 1)], ids=str)
 def test_installed_qr_matches_stock(gpu, dtype, batch, m, n, random_matrix, assert_close):
     a = random_matrix(batch + (m, n), dtype)
-    fns = lambda a: (jnp.linalg.qr(a), jnp.linalg.qr(a, mode="r"))
+    fns = lambda a: (jnp.linalg.qr(a), jnp.linalg.qr(a, mode="r"),
+                     jnp.linalg.qr(a, mode="complete"))
     stock, _ = on(gpu, fns, a)
     ferrax.install()
     ours, hlo = on(gpu, fns, a)
     limit = lambda op: ferrax._install._GPU_THRESHOLDS[op][np.dtype(dtype).name]
-    assert ("ferrax_geqrf" in hlo) == (max(m, n) <= limit("geqrf"))
-    # Q comes from the reflectors of the first min(m, n) columns: m×min(m, n).
-    assert ("ferrax_orgqr" in hlo) == (m <= limit("orgqr"))
-    (q, r), r_only = ours
+    # One ferrax_qr call where ferrax takes both of jax's steps; else jax's steps, each
+    # ferrax's up to its own threshold (Q from the first min(m, n) columns: m×min(m, n)).
+    fused = max(m, n) <= min(limit("geqrf"), limit("orgqr"))
+    assert ("ferrax_qr" in hlo) == fused
+    if not fused:
+        assert ("ferrax_geqrf" in hlo) == (max(m, n) <= limit("geqrf"))
+        assert ("ferrax_orgqr" in hlo) == (m <= limit("orgqr"))
+    (q, r), r_only, (q_full, r_full) = ours
     assert_close(q, stock[0][0], dtype, "reconstruct")
     assert_close(r, stock[0][1], dtype, "reconstruct")
     assert_close(r_only, stock[1], dtype, "reconstruct")
     assert_close(q @ r, a, dtype, "reconstruct")
+    assert_close(q_full, stock[2][0], dtype, "reconstruct")
+    assert_close(r_full, stock[2][1], dtype, "reconstruct")
+    assert_close(q_full @ r_full, a, dtype, "reconstruct")
 
 
 def test_geqrf_raw_call_matches_cpu(gpu, random_matrix, assert_close):
@@ -346,6 +377,29 @@ def test_getrf_past_the_lanes_reconstructs(gpu, dtype, batch, m, n, random_matri
     _small_residual(_lu_product(lu, ipiv), a, dtype)
 
 
+# jax's lu on ferrax_getrf_row_major: the kernels read row-major matrices themselves (to
+# 128), the libraries get a column-major copy (past them).
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("batch, m, n", [((8,), 100, 100), ((3,), 128, 70), ((2,), 70, 128),
+                                         ((64,), 128, 128), ((3,), 160, 160), ((4,), 150, 130),
+                                         ((33,), 32, 32)], ids=str)
+def test_installed_lu_row_major_reconstructs(gpu, dtype, batch, m, n, random_matrix):
+    a = random_matrix(batch + (m, n), dtype)
+    ferrax.install()
+    with ferrax._install.ferrax_on_gpu_everywhere():
+        (lu, pivots, perm), hlo = on(gpu, jax.lax.linalg.lu, a)
+    assert "ferrax_getrf_row_major" in hlo
+    k = min(m, n)
+    assert ((pivots >= 0) & (pivots < m)).all()
+    lower = np.tril(lu[..., :, :k], -1) + np.eye(m, k, dtype=dtype)
+    upper = np.triu(lu[..., :k, :])
+    permuted = np.take_along_axis(a, perm[..., :, None], axis=-2)
+    _small_residual(lower @ upper, permuted, dtype)
+    # The permutation is the pivots' (lu_pivots_to_permutation on the CPU).
+    want_perm = jax.lax.linalg.lu_pivots_to_permutation(jax.device_put(pivots, jax.devices("cpu")[0]), m)
+    np.testing.assert_array_equal(perm, np.asarray(want_perm))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128])
 @pytest.mark.parametrize("batch, n", [((3,), 80), ((3,), 160), ((1,), 160)], ids=str)
 def test_getrf_past_the_lanes_singular_reports_info(gpu, dtype, batch, n, random_matrix):
@@ -376,18 +430,32 @@ def test_cholesky_past_the_lanes_reconstructs(gpu, dtype, batch, n, rng):
     np.testing.assert_array_equal(lower, np.tril(lower))
 
 
+def _qr_by_steps(a):
+    """jnp.linalg.qr's reduced mode through jax's separate primitives (ferrax_geqrf and
+    ferrax_orgqr when installed, rather than the one-call ferrax_qr)."""
+    k = min(a.shape[-2:])
+    reflectors, taus = lax_linalg.geqrf(a)
+    q = jax.lax.linalg.householder_product(reflectors[..., :k], taus)
+    return q, jnp.triu(reflectors[..., :k, :])
+
+
 # (batch, m, n): the block kernels (to 128), then cuSOLVER geqrf (few matrices, or more than
-# 256 rows) or cuBLAS geqrfBatched, and cuSOLVER orgqr.
+# 256 rows) or cuBLAS geqrfBatched, and cuSOLVER orgqr; one ferrax_qr call or jax's steps.
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("batch, m, n", [((4,), 100, 80), ((20,), 128, 128), ((9,), 70, 100),
                                          ((2,), 300, 200), ((24,), 200, 150)], ids=str)
-def test_qr_past_the_lanes_matches_stock(gpu, dtype, batch, m, n, random_matrix, assert_close):
+@pytest.mark.parametrize("steps", [False, True], ids=["ferrax_qr", "geqrf+orgqr"])
+def test_qr_past_the_lanes_matches_stock(gpu, dtype, batch, m, n, steps, random_matrix,
+                                         assert_close):
     a = random_matrix(batch + (m, n), dtype)
     stock, _ = on(gpu, jnp.linalg.qr, a)
     ferrax.install()
     with ferrax._install.ferrax_on_gpu_everywhere():
-        (q, r), hlo = on(gpu, jnp.linalg.qr, a)
-    assert "ferrax_geqrf" in hlo and "ferrax_orgqr" in hlo
+        (q, r), hlo = on(gpu, _qr_by_steps if steps else jnp.linalg.qr, a)
+    if steps:
+        assert "ferrax_geqrf" in hlo and "ferrax_orgqr" in hlo
+    else:
+        assert "ferrax_qr" in hlo
     _small_residual(q @ r, a, dtype)
     k = min(m, n)
     eye = np.broadcast_to(np.eye(k, dtype=dtype), batch + (k, k))
@@ -403,7 +471,7 @@ def test_qr_past_the_lanes_matches_stock(gpu, dtype, batch, m, n, random_matrix,
 def test_ormqr_cusolver_matches_q(gpu, dtype, left, transpose, random_matrix):
     a = random_matrix((3, 40, 30), dtype)
     c = random_matrix((3, 40, 20) if left else (3, 20, 40), dtype)
-    reflectors, taus = jax.lax.linalg.geqrf(a)
+    reflectors, taus = lax_linalg.geqrf(a)
     reflectors, taus = np.asarray(reflectors), np.asarray(taus)
     multiply = lambda r, t, c: jax.lax.linalg.ormqr(r, t, c, left=left, transpose=transpose)
     ferrax.install()
@@ -442,7 +510,7 @@ def test_ill_conditioned_factorizations_are_backward_stable(gpu, dtype, batch, n
     fns = lambda a, spd: (ferrax.linalg.getrf(a), jnp.linalg.qr(a), jnp.linalg.cholesky(spd))
     with ferrax._install.ferrax_on_gpu_everywhere():
         ((lu, ipiv, info), (q, r), lower), hlo = on(gpu, fns, a, spd)
-    for target in ("ferrax_getrf", "ferrax_geqrf", "ferrax_orgqr", "ferrax_potrf"):
+    for target in ("ferrax_getrf", "ferrax_qr", "ferrax_cholesky" if n <= 32 else "ferrax_potrf"):
         assert target in hlo, target
     np.testing.assert_array_equal(info, 0)
     _small_residual(_lu_product(lu, ipiv), a, dtype)

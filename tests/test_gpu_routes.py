@@ -9,6 +9,7 @@ import pytest
 
 import jax
 import jax.numpy as jnp
+from jax._src.lax import linalg as lax_linalg  # geqrf: not exported by jax.lax.linalg
 
 import ferrax
 
@@ -28,7 +29,7 @@ def spec(shape, dtype):
                                             (np.complex64, 32, False), (np.complex128, 128, False)])
 def test_lu(installed, dtype, n, ours):
     got = cuda_targets(jax.lax.linalg.lu, spec((100, n, n), dtype))
-    assert got == ({"ferrax_getrf", "ferrax_lu_pivots_to_permutation"} if ours
+    assert got == ({"ferrax_getrf_row_major", "ferrax_lu_pivots_to_permutation"} if ours
                    else {"cusolver_getrf_ffi", "ferrax_lu_pivots_to_permutation"})
 
 
@@ -36,20 +37,33 @@ def test_lu(installed, dtype, n, ours):
                                             (np.float64, 33, False), (np.complex128, 16, True),
                                             (np.complex128, 32, False)])
 def test_cholesky(installed, dtype, n, ours):
+    # ferrax's whole cholesky in one call (n <= 32, where ferrax takes potrf at all).
     got = cuda_targets(jnp.linalg.cholesky, spec((10, n, n), dtype))
-    assert got == ({"ferrax_potrf"} if ours else {"cusolver_potrf_ffi"})
+    assert got == ({"ferrax_cholesky"} if ours else {"cusolver_potrf_ffi"})
+    unsymmetrized = cuda_targets(lambda a: jax.lax.linalg.cholesky(a, symmetrize_input=False),
+                                 spec((10, n, n), dtype))
+    assert unsymmetrized == got
+
+
+def test_cholesky_past_the_fused_kernels_takes_jax_steps(installed):
+    with ferrax._install.ferrax_on_gpu_everywhere():
+        assert cuda_targets(jnp.linalg.cholesky, spec((3, 33, 33), np.float32)) == {"ferrax_potrf"}
+        assert cuda_targets(jnp.linalg.cholesky, spec((3, 32, 32), np.float32)) == {
+            "ferrax_cholesky"}
 
 
 def test_solve_and_det_use_the_small_kernels(installed):
-    assert "ferrax_getrf" in cuda_targets(jnp.linalg.solve, spec((50, 8, 8), np.float32),
-                                          spec((50, 8, 1), np.float32))
-    assert "ferrax_getrf" in cuda_targets(jnp.linalg.det, spec((50, 8, 8), np.float64))
+    assert "ferrax_getrf_row_major" in cuda_targets(
+        jnp.linalg.solve, spec((50, 8, 8), np.float32), spec((50, 8, 1), np.float32))
+    assert "ferrax_getrf_row_major" in cuda_targets(jnp.linalg.det, spec((50, 8, 8), np.float64))
 
 
 def test_uninstalled_is_stock():
     assert cuda_targets(jax.lax.linalg.lu, spec((4, 8, 8), np.float32)) == {
         "cusolver_getrf_ffi", "cu_lu_pivots_to_permutation"}
     assert cuda_targets(jnp.linalg.cholesky, spec((4, 8, 8), np.float32)) == {"cusolver_potrf_ffi"}
+    assert cuda_targets(jnp.linalg.qr, spec((4, 8, 8), np.float32)) == {
+        "cusolver_geqrf_ffi", "cusolver_orgqr_ffi"}
 
 
 def test_explicit_getrf_lowers_to_ferrax_on_cuda():
@@ -57,13 +71,27 @@ def test_explicit_getrf_lowers_to_ferrax_on_cuda():
 
 
 @pytest.mark.parametrize("dtype, m, n, targets", [
-    (np.float32, 32, 32, {"ferrax_geqrf", "ferrax_orgqr"}),
-    (np.complex128, 16, 16, {"ferrax_geqrf", "ferrax_orgqr"}),
+    # Where ferrax takes both of jax's steps: one call for the whole qr.
+    (np.float32, 32, 32, {"ferrax_qr"}),
+    (np.float32, 32, 5, {"ferrax_qr"}),
+    (np.complex128, 16, 16, {"ferrax_qr"}),
     # cuSOLVER's reflectors are LAPACK's format: ferrax's orgqr takes them.
     (np.complex128, 32, 32, {"cusolver_geqrf_ffi", "ferrax_orgqr"}),
     (np.float64, 64, 64, {"cusolver_geqrf_ffi", "cusolver_orgqr_ffi"})])
-def test_qr(installed, dtype, m, n, targets):
-    assert cuda_targets(jnp.linalg.qr, spec((100, m, n), dtype)) == targets
+@pytest.mark.parametrize("mode", ["reduced", "complete"])
+def test_qr(installed, dtype, m, n, targets, mode):
+    assert cuda_targets(lambda a: jnp.linalg.qr(a, mode=mode), spec((100, m, n), dtype)) == targets
+
+
+def test_qr_steps_keep_their_own_targets(installed):
+    """jax's geqrf and householder_product primitives on their own stay ferrax's column-major
+    targets; pivoted QR stays with jaxlib."""
+    a = spec((100, 16, 12), np.float32)
+    assert cuda_targets(lax_linalg.geqrf, a) == {"ferrax_geqrf"}
+    assert cuda_targets(jax.lax.linalg.householder_product, a, spec((100, 12), np.float32)) == {
+        "ferrax_orgqr"}
+    assert "ferrax_qr" not in cuda_targets(
+        lambda a: jax.lax.linalg.qr(a, pivoting=True), a)
 
 
 def test_ormqr_stays_with_jaxlib_until_measured(installed):
@@ -79,11 +107,10 @@ def test_every_order_can_go_to_ferrax(installed, n):
     """Past the kernels ferrax's targets use cuSOLVER/cuBLAS; routed there on request."""
     with ferrax._install.ferrax_on_gpu_everywhere():
         assert cuda_targets(jax.lax.linalg.lu, spec((4, n, n), np.float64)) == {
-            "ferrax_getrf", "ferrax_lu_pivots_to_permutation"}
+            "ferrax_getrf_row_major", "ferrax_lu_pivots_to_permutation"}
         assert cuda_targets(jnp.linalg.cholesky, spec((4, n, n), np.complex64)) == {
             "ferrax_potrf"}
-        assert cuda_targets(jnp.linalg.qr, spec((4, n, n), np.float32)) == {
-            "ferrax_geqrf", "ferrax_orgqr"}
+        assert cuda_targets(jnp.linalg.qr, spec((4, n, n), np.float32)) == {"ferrax_qr"}
     # The context restores the measured table.
     assert cuda_targets(jax.lax.linalg.lu, spec((4, n, n), np.float64)) == {
         "cusolver_getrf_ffi", "ferrax_lu_pivots_to_permutation"}
@@ -101,9 +128,9 @@ def test_cpu_and_cuda_export_round_trip(installed, random_matrix):
     text = exp.mlir_module()
     targets = set(re.findall(r"custom_call @(\w+)", text)) | set(
         re.findall(r'call_target_name = "(\w+)"', text))
-    # CUDA's kernels, and the CPU's one-call targets.
-    assert {"ferrax_getrf", "ferrax_geqrf", "ferrax_orgqr", "ferrax_potrf"} <= targets
+    # The one-call targets (both platforms); nothing of jaxlib's GPU targets.
     assert {"ferrax_getrf_row_major", "ferrax_qr", "ferrax_cholesky"} <= targets
+    assert not any(t.startswith(("cu", "cusolver")) for t in targets), targets
     got = export.deserialize(exp.serialize()).call(a)
     ferrax.uninstall()
     want = jax.jit(fn)(a)

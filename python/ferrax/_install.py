@@ -10,8 +10,9 @@ attributes, layouts, ``info``), so redirecting that name is all it takes, and ja
 post-processing (pivot offsets, NaN where ``info`` fails) stays exactly as it is. Three rules
 are ferrax's own, all to spare XLA's passes over the batch around the calls (serial or
 memory-bound code next to the parallel kernels): triangular_solve calls jax's with transposed
-operands (see ``_triangular_solve_cpu``), lu calls a row-major getrf (``_lu_cpu``), and qr one
-call for all of jax's steps (``_qr_cpu``). jax's ``cholesky``
+operands (see ``_triangular_solve_cpu``), lu calls a row-major getrf (``_lu_row_major``), and
+qr one call for all of jax's steps (``_qr_cpu``); on the GPU lu and qr take the same two
+targets (``_lu_cuda``, ``_qr_cuda``), whose kernels read jax's layout themselves. jax's ``cholesky``
 symmetrizes and takes ``tril`` outside its primitive, so the function itself is replaced (in
 ``jax._src.lax.linalg``, through which jnp.linalg and jax.scipy.linalg call it, and in
 ``jax.lax.linalg``) by ``ferrax.linalg.cholesky``, one call for all of it.
@@ -135,16 +136,38 @@ def ferrax_on_gpu_everywhere():
 
 
 def _lu_cuda(ctx, operand):
-    # jax's own rule either way: with the "cpu" prefix it names its target through
-    # prepare_lapack_call, i.e. ferrax_getrf, whose CUDA handler keeps the same contract.
-    prefix = "cpu" if _ferrax_on_gpu("getrf", ctx.avals_in[0]) else "cu"
-    return lax_linalg._lu_cpu_gpu_lowering(ctx, operand, target_name_prefix=prefix)
+    if _ferrax_on_gpu("getrf", ctx.avals_in[0]):
+        return _lu_row_major(ctx, operand)
+    return lax_linalg._lu_cpu_gpu_lowering(ctx, operand, target_name_prefix="cu")
+
+
+#: Up to this order jax's whole cholesky on the GPU is one ferrax_cholesky call (its lanes
+#: kernels, which fit every device's default shared memory); larger orders take jax's steps.
+_GPU_FUSED_CHOLESKY_MAX = 32
+
+
+def _cholesky_fused_cuda(ctx, a, *, symmetrize_input):
+    # ferrax's cholesky_p (what install() makes of jax's cholesky): one call in place of jax's
+    # symmetrize, transposes, NaN select and tril, where ferrax takes potrf at all.
+    aval, = ctx.avals_in
+    if aval.shape[-1] <= _GPU_FUSED_CHOLESKY_MAX and _ferrax_on_gpu("potrf", aval):
+        return _primitives.cholesky_fused_lowering(ctx, a, symmetrize_input=symmetrize_input)
+    return _primitives.cholesky_reference_lowering(ctx, a, symmetrize_input=symmetrize_input)
 
 
 def _cholesky_cuda(ctx, operand):
     if _ferrax_on_gpu("potrf", ctx.avals_in[0]):
         return lax_linalg._cholesky_cpu_lowering(ctx, operand)  # -> ferrax_potrf, uplo 'L'
     return lax_linalg._cholesky_gpu_lowering(ctx, operand, target_name_prefix="cu")
+
+
+def _qr_cuda(ctx, operand, *, pivoting, full_matrices, use_magma):
+    # Sized as jax's steps would be: ferrax_qr replaces ferrax's geqrf and orgqr together.
+    aval = ctx.avals_in[0]
+    if pivoting or not (_ferrax_on_gpu("geqrf", aval) and _ferrax_on_gpu("orgqr", aval)):
+        return _jax_qr_lowering(ctx, operand, pivoting=pivoting, full_matrices=full_matrices,
+                                use_magma=use_magma)
+    return _qr_fused(ctx, operand, full_matrices=full_matrices)
 
 
 def _geqrf_cuda(ctx, operand):
@@ -185,14 +208,20 @@ _ROW_MAJOR_LU_MAX = 128
 
 
 def _lu_cpu(ctx, operand):
-    # jax's rule with ferrax_getrf_row_major, which factors the matrices where jax keeps them.
-    # jax's NaN for info < 0 is left out: info < 0 means an illegal LAPACK argument, which
-    # the handler rules out (it reports a bad shape as an error instead).
     operand_aval, = ctx.avals_in
-    out_aval, pivot_aval, perm_aval = ctx.avals_out
     if (not core.is_constant_shape(operand_aval.shape)
             or not _small_lapack_matrices(operand_aval, _ROW_MAJOR_LU_MAX)):
         return lax_linalg._lu_cpu_gpu_lowering(ctx, operand, target_name_prefix="cpu")
+    return _lu_row_major(ctx, operand)
+
+
+def _lu_row_major(ctx, operand):
+    # jax's rule with ferrax_getrf_row_major, which factors the matrices where jax keeps them
+    # (on the GPU too: its kernels stage row-major matrices themselves). jax's NaN for
+    # info < 0 is left out: info < 0 means an illegal LAPACK argument, which the handler rules
+    # out (it reports a bad shape as an error instead).
+    operand_aval, = ctx.avals_in
+    out_aval, pivot_aval, perm_aval = ctx.avals_out
     info_aval = core.ShapedArray(operand_aval.shape[:-2], np.dtype(np.int32))
     lu, ipiv, _ = _getrf_row_major(ctx.replace(avals_out=[out_aval, pivot_aval, info_aval]),
                                    operand)
@@ -285,7 +314,9 @@ def _routes():
         ("cuda", lax_linalg.lu_pivots_to_permutation_p, pivots),
         ("cuda", jax_threefry.threefry2x32_p, _threefry2x32_cuda),
         ("cuda", lax_linalg.lu_p, _lu_cuda),
+        ("cuda", lax_linalg.qr_p, _qr_cuda),
         ("cuda", lax_linalg.cholesky_p, _cholesky_cuda),
+        ("cuda", _primitives.cholesky_p, _cholesky_fused_cuda),
         ("cuda", lax_linalg.geqrf_p, _geqrf_cuda),
         ("cuda", lax_linalg.householder_product_p, _householder_product_cuda),
         ("cuda", lax_linalg.ormqr_p, _ormqr_cuda),

@@ -203,8 +203,8 @@ def _cholesky_abstract_eval(a, *, symmetrize_input):
     return core.ShapedArray(a.shape, a.dtype)
 
 
-_cholesky_reference_lowering = mlir.lower_fun(_jax_cholesky, multiple_results=False)
-_cholesky_fused_lowering = batched_ffi_lowering(CHOLESKY, num_non_batch_dims=2,
+cholesky_reference_lowering = mlir.lower_fun(_jax_cholesky, multiple_results=False)
+cholesky_fused_lowering = batched_ffi_lowering(CHOLESKY, num_non_batch_dims=2,
                                                 column_major=False)
 
 
@@ -212,8 +212,8 @@ def _cholesky_cpu_lowering(ctx, a, *, symmetrize_input):
     aval, = ctx.avals_in
     n = aval.shape[-1]
     if core.is_constant_dim(n) and n <= CPU_FUSED_CHOLESKY_MAX:
-        return _cholesky_fused_lowering(ctx, a, symmetrize_input=symmetrize_input)
-    return _cholesky_reference_lowering(ctx, a, symmetrize_input=symmetrize_input)
+        return cholesky_fused_lowering(ctx, a, symmetrize_input=symmetrize_input)
+    return cholesky_reference_lowering(ctx, a, symmetrize_input=symmetrize_input)
 
 
 def _cholesky_jvp(primals, tangents, *, symmetrize_input):
@@ -224,8 +224,9 @@ def _cholesky_jvp(primals, tangents, *, symmetrize_input):
 
 #: jax's ``cholesky(a, symmetrize_input=...)`` as one primitive: the lower factor of
 #: ``(a + aᴴ)/2`` (or of ``a``'s lower triangle) with zeros above, NaN below where the
-#: factorization fails. On CPU one ``ferrax_cholesky`` call; elsewhere jax's own steps.
+#: factorization fails. On CPU one ``ferrax_cholesky`` call; on CUDA the same after
+#: ``install()`` for small orders (``_install._cholesky_fused_cuda``); elsewhere jax's steps.
 cholesky_p = _primitive(CHOLESKY, _cholesky_abstract_eval, {"cpu": _cholesky_cpu_lowering},
                         multiple_results=False)
-mlir.register_lowering(cholesky_p, _cholesky_reference_lowering)
+mlir.register_lowering(cholesky_p, cholesky_reference_lowering)
 ad.primitive_jvps[cholesky_p] = _cholesky_jvp
