@@ -489,6 +489,28 @@ unsafe fn org2r_lanes<T: QrScalar, const W: usize>(
     });
 }
 
+/// The `m` rows of a lane's staged column at `mine` (zeros unless `live`), into registers.
+#[inline(always)]
+unsafe fn load_column<T: Scalar, const W: usize>(mine: *const T, live: bool, m: u32) -> [T; W] {
+    let mut col = [T::ZERO; W];
+    unrolled!(r in 0..W, {
+        if live && (r as u32) < m {
+            col[r] = *mine.add(r);
+        }
+    });
+    col
+}
+
+/// The first `m` rows of `col` back to its staged column at `mine`.
+#[inline(always)]
+unsafe fn store_column<T: Copy, const W: usize>(col: &[T; W], mine: *mut T, m: u32) {
+    unrolled!(r in 0..W, {
+        if (r as u32) < m {
+            *mine.add(r) = col[r];
+        }
+    });
+}
+
 /// Column `lane` of the identity (`m` rows).
 #[inline(always)]
 fn identity_column<T: Scalar, const W: usize>(col: &mut [T; W], lane: u32, m: u32) {
@@ -534,21 +556,12 @@ pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(
     // live lanes') and store nothing.
     let live = g < count && lane < n;
     let mine = shared.add(((g * n + lane) * ld) as usize);
-    let mut col = [T::ZERO; W];
-    unrolled!(r in 0..W, {
-        if live && (r as u32) < m {
-            col[r] = *mine.add(r);
-        }
-    });
+    let mut col = load_column::<T, W>(mine, live, m);
 
     let my_tau = geqr2_lanes(&mut col, lane, lead, m, n, ex);
 
     if live {
-        unrolled!(r in 0..W, {
-            if (r as u32) < m {
-                *mine.add(r) = col[r];
-            }
-        });
+        store_column(&col, mine, m);
     }
     if g < count && lane < kmin {
         *tau.add(((first + g as u64) * kmin as u64 + lane as u64) as usize) = my_tau;
@@ -592,16 +605,10 @@ pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
 
     let live = g < count && lane < n;
     let mine = shared.add(((g * n + lane) * ld) as usize);
-    let mut col = [T::ZERO; W];
     // Columns k.. start as those of the identity; the others hold their reflectors.
     let reflector = lane < k;
-    if reflector {
-        unrolled!(r in 0..W, {
-            if live && (r as u32) < m {
-                col[r] = *mine.add(r);
-            }
-        });
-    } else {
+    let mut col = load_column::<T, W>(mine, live && reflector, m);
+    if !reflector {
         identity_column(&mut col, lane, m);
     }
     let my_tau = if g < count && reflector {
@@ -613,11 +620,7 @@ pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
     org2r_lanes(&mut col, my_tau, lane, lead, m, k, ex);
 
     if live {
-        unrolled!(r in 0..W, {
-            if (r as u32) < m {
-                *mine.add(r) = col[r];
-            }
-        });
+        store_column(&col, mine, m);
     }
     sync_threads();
     stage::<T, false>(global, shared, count, staging(m, n, m));
@@ -677,12 +680,7 @@ pub unsafe fn qr_rows<T: QrScalar, const W: usize>(
 
     let live = g < count && lane < n;
     let mine = shared.add(((g * n + lane) * ld) as usize);
-    let mut col = [T::ZERO; W];
-    unrolled!(i in 0..W, {
-        if live && (i as u32) < m {
-            col[i] = *mine.add(i);
-        }
-    });
+    let mut col = load_column::<T, W>(mine, live, m);
     let my_tau = geqr2_lanes(&mut col, lane, lead, m, n, ex);
 
     // R: this lane's column, down to the diagonal (the staging zeroes the rest).
@@ -708,12 +706,7 @@ pub unsafe fn qr_rows<T: QrScalar, const W: usize>(
     org2r_lanes(&mut col, my_tau, lane, lead, m, kmin, ex);
     // Q's columns, packed per group as m×mq.
     if g < count && lane < mq {
-        let mine = shared.add(((g * mq + lane) * ld) as usize);
-        unrolled!(i in 0..W, {
-            if (i as u32) < m {
-                *mine.add(i) = col[i];
-            }
-        });
+        store_column(&col, shared.add(((g * mq + lane) * ld) as usize), m);
     }
     sync_threads();
     let q_out = Staging { cols: mq, ..input };
