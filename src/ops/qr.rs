@@ -990,9 +990,9 @@ fn qr_cuda(
     unsafe { gpu.launch(&config, &mut params) }
 }
 
-/// jax's `qr` through the libraries (`dims`: m, n, Q's columns mq and the batch): A copied column-major
-/// into a workspace as wide as A and Q, geqrf there, R copied out (upper triangle), orgqr in
-/// place, Q copied out.
+/// jax's `qr` through the libraries (`dims`: m, n, Q's columns mq and the batch): A copied
+/// column-major into a workspace as wide as A and Q, geqrf there, R copied out (its upper
+/// triangle), orgqr in place, Q copied out.
 fn qr_library<T: Dense + Batched>(
     library: GpuLibrary<'_>,
     shape: MatrixBatch,
@@ -1003,42 +1003,42 @@ fn qr_library<T: Dense + Batched>(
     let (rows, cols, mq) = (shape.rows, shape.cols, q_cols as usize);
     let k = rows.min(cols);
     let width = cols.max(mq);
-    let stride = rows * width;
-    let bytes = kind.bytes();
+    let (stride, bytes) = (rows * width, kind.bytes());
     let work = library.scratch.allocate(shape.batch * stride * bytes, 16)?;
     let taus = library
         .scratch
         .allocate((shape.batch * k).max(1) * bytes, 16)?;
     let gpu = library.gpu;
-    let lapack = Strides::column_major(rows as u64, stride as u64);
-    let row_major = |r: usize, c: usize| Strides::row_major(r as u64, c as u64);
     if width > cols {
         // Q's columns past A's: orgqr sets them, but from defined values.
         gpu.zero(work, shape.batch * stride * bytes)?;
     }
-    let geometry = |r: usize, c: usize| [r, c, shape.batch];
-    // SAFETY: every copy stays within the batch of its arrays (A m×n, R mq×n, Q m×mq, the
-    // workspace m×width per matrix), distinct buffers.
-    unsafe {
-        let from_a = (row_major(rows, cols), lapack);
-        gpu.copy_matrices(
-            a,
-            work,
-            bytes,
-            geometry(rows, cols),
-            from_a.0,
-            from_a.1,
-            false,
+    let workspace = Strides::column_major(rows as u64, stride as u64);
+    let row_major = |r: usize, c: usize| Strides::row_major(r as u64, c as u64);
+    let copy = |src, dst, (r, c): (usize, usize), from, to, upper| {
+        // SAFETY: `r×c` stays within each array's matrices (A m×n, R mq×n, Q m×mq, the
+        // workspace m×width), distinct buffers.
+        unsafe { gpu.copy_matrices(src, dst, bytes, [r, c, shape.batch], from, to, upper) }
+    };
+    copy(
+        a,
+        work,
+        (rows, cols),
+        row_major(rows, cols),
+        workspace,
+        false,
+    )?;
+    if k > 0 {
+        geqrf_library::<T>(
+            library,
+            shape,
+            [m, n, batch],
+            stride,
+            work.cast(),
+            taus.cast(),
         )?;
     }
-    if k > 0 {
-        let dims = [m, n, batch];
-        geqrf_library::<T>(library, shape, dims, stride, work.cast(), taus.cast())?;
-    }
-    unsafe {
-        let to_r = row_major(mq, cols);
-        gpu.copy_matrices(work, r, bytes, geometry(mq, cols), lapack, to_r, true)?;
-    }
+    copy(work, r, (mq, cols), workspace, row_major(mq, cols), true)?;
     let q_shape = MatrixBatch { cols: mq, ..shape };
     let dims = [m, q_cols, k as i32];
     orgqr_library::<T>(
@@ -1049,10 +1049,7 @@ fn qr_library<T: Dense + Batched>(
         work.cast(),
         taus.cast_const().cast(),
     )?;
-    unsafe {
-        let to_q = row_major(rows, mq);
-        gpu.copy_matrices(work, q, bytes, geometry(rows, mq), lapack, to_q, false)
-    }
+    copy(work, q, (rows, mq), workspace, row_major(rows, mq), false)
 }
 
 ffi_handler! {
