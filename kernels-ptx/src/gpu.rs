@@ -101,15 +101,16 @@ pub unsafe extern "ptx-kernel" fn ferrax_lu_pivots_to_permutation_global(
 }
 
 /// Batched small LU (`crate::small`): one entry per element type and kernel shape, all with
-/// the parameters `(a, ipiv, info, m, n, batch, row_major)`; `small::getrf_launch` picks one.
+/// the parameters `(src, a, ipiv, info, m, n, batch, row_major)`; `small::getrf_launch` picks
+/// one.
 macro_rules! small_getrf {
     ($t:ty: $($name:ident = $body:path),*) => {$(
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
-            a: *mut $t, ipiv: *mut i32, info: *mut i32, m: u32, n: u32, batch: u64,
-            row_major: u32,
+            src: *const $t, a: *mut $t, ipiv: *mut i32, info: *mut i32, m: u32, n: u32,
+            batch: u64, row_major: u32,
         ) {
-            $body(a, ipiv, info, m, n, batch, row_major)
+            $body(src, a, ipiv, info, m, n, batch, row_major)
         }
     )*};
 }

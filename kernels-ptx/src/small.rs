@@ -474,13 +474,17 @@ pub(crate) fn lane_group<const W: usize>(batch: u64) -> Option<LaneGroup> {
     })
 }
 
-/// LU of the `m×n` matrices (`max(m, n) ≤ W`), `W` lanes per matrix, lane = row; the
-/// matrices column-major, or row-major (jax's layout) when `row_major != 0`.
+/// LU of the `m×n` matrices (`max(m, n) ≤ W`), `W` lanes per matrix, lane = row: read from
+/// `src`, the factors written to `a` (the same array to factor in place); the matrices
+/// column-major, or row-major (jax's layout) when `row_major != 0`.
 ///
 /// # Safety
-/// `a` holds `batch·m·n` elements, `ipiv` `batch·min(m, n)`, `info` `batch`; the launch is
-/// [`getrf_launch`]'s (`block_dim` a multiple of `W`, the shared memory it sizes).
+/// `src` and `a` hold `batch·m·n` elements (one array, or two that do not overlap), `ipiv`
+/// `batch·min(m, n)`, `info` `batch`; the launch is [`getrf_launch`]'s (`block_dim` a
+/// multiple of `W`, the shared memory it sizes).
+#[allow(clippy::too_many_arguments)] // one per kernel parameter
 pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
+    src: *const T,
     a: *mut T,
     ipiv: *mut i32,
     info: *mut i32,
@@ -509,8 +513,8 @@ pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
         row_major: row_major != 0,
         ..Staging::column_major(m, n)
     };
-    let global = a.add((first * mn as u64) as usize);
-    stage::<T, true>(global, shared, count, staging);
+    let offset = (first * mn as u64) as usize;
+    stage::<T, true>(src.add(offset) as *mut T, shared, count, staging);
     sync_threads();
 
     // Groups past the batch's end still run (their shuffles pair with live groups' in the
@@ -591,7 +595,7 @@ pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
         }
     }
     sync_threads();
-    stage::<T, false>(global, shared, count, staging);
+    stage::<T, false>(a.add(offset), shared, count, staging);
 }
 
 /// Cholesky of the `n×n` matrices (`n ≤ W`), `W` lanes per matrix, lane `i` holding row `i`
@@ -803,12 +807,14 @@ fn block_layout(m: u32, n: u32, size: usize, real: usize, threads: u32) -> (usiz
 }
 
 /// LU of one `m×n` matrix per block (`max(m, n) ≤ block_dim`), the matrix in shared memory;
-/// layouts as [`getrf_rows`].
+/// arrays and layouts as [`getrf_rows`].
 ///
 /// # Safety
 /// As [`getrf_rows`], with [`getrf_launch`]'s block launch (`block_dim` a power of two ≥ 32
 /// and ≥ `m`).
+#[allow(clippy::too_many_arguments)] // one per kernel parameter
 pub unsafe fn getrf_block<T: Scalar>(
+    src: *const T,
     a: *mut T,
     ipiv: *mut i32,
     info: *mut i32,
@@ -839,8 +845,8 @@ pub unsafe fn getrf_block<T: Scalar>(
 
     let mut b = block_idx_x() as u64;
     while b < batch {
-        let global = a.add((b * mn as u64) as usize);
-        stage::<T, true>(global, shared, 1, staging);
+        let offset = (b * mn as u64) as usize;
+        stage::<T, true>(src.add(offset) as *mut T, shared, 1, staging);
         sync_threads();
         let mut first_zero = 0u32;
         for j in 0..kmin {
@@ -913,7 +919,7 @@ pub unsafe fn getrf_block<T: Scalar>(
         if t == 0 {
             *info.add(b as usize) = first_zero as i32;
         }
-        stage::<T, false>(global, shared, 1, staging);
+        stage::<T, false>(a.add(offset), shared, 1, staging);
         sync_threads(); // before the next matrix overwrites shared memory
         b += grid_dim_x() as u64;
     }
@@ -1147,9 +1153,9 @@ fn name(table: &[[&'static str; 5]; 4], kind: ScalarKind, variant: Variant) -> &
     table[row][col]
 }
 
-/// The launch of `ferrax_getrf_small_<dtype>_<variant>(a: *mut T, ipiv: *mut i32,
+/// The launch of `ferrax_getrf_small_<dtype>_<variant>(src: *const T, a: *mut T, ipiv: *mut i32,
 /// info: *mut i32, m: u32, n: u32, batch: u64, row_major: u32)` (every variant takes these
-/// parameters; `a` column-major, or row-major when `row_major != 0`), or
+/// parameters; `src` read and `a` written, column-major, or row-major when `row_major != 0`), or
 /// `None` when `max(m, n) > 128` or the matrix does not fit in `max_shared` bytes of shared
 /// memory (the device's opt-in limit per block; c128 128×128 never does): use cuSOLVER.
 /// `grid == 0` (batch 0) means there is nothing to launch.

@@ -11,7 +11,7 @@ use crate::ffi::{
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    by_lanes, for_each_chunk, gpu_in_place, gpu_scalar_kind, lapack_dim, routine, small_kernel,
+    by_lanes, for_each_chunk, gpu_replacing, gpu_scalar_kind, lapack_dim, routine, small_kernel,
     GpuLibrary, InPlace, Layout, SharedMut,
 };
 use ferrax_cpu_fallback::Lapack;
@@ -197,13 +197,15 @@ fn getrf_cuda<const ROW_MAJOR: bool>(
 ) -> Result<()> {
     let kind = gpu_scalar_kind(&a)?;
     let shape = expect_shapes(&a, &ipiv, &info)?;
+    let gpu = gpu_replacing(stream, &a, &lu)?;
     if shape.batch == 0 {
-        return lu.expect_dims(a.dims());
+        return Ok(());
     }
-    let gpu = gpu_in_place(stream, &a, &lu, shape, kind)?;
     if shape.rows == 0 || shape.cols == 0 {
         return gpu.zero(info.data_ptr().cast(), shape.batch * 4);
     }
+    let (a_ptr, lu_ptr) = (a.data_ptr(), lu.data_ptr());
+    let (ipiv, info) = (ipiv.data_ptr(), info.data_ptr());
     let Some(config) = small_kernel(&gpu, shape, |m, n, batch, max_shared| {
         ferrax_kernels::small::getrf_launch(kind, m, n, batch, max_shared)
     })?
@@ -217,15 +219,17 @@ fn getrf_cuda<const ROW_MAJOR: bool>(
             lapack_dim(&a, shape.cols)?,
             lapack_dim(&a, shape.batch)?,
         ];
-        let (lu, ipiv, info) = (lu.data_ptr().cast(), ipiv.data_ptr(), info.data_ptr());
+        let (a_ptr, lu_ptr) = (a_ptr.cast(), lu_ptr.cast());
+        let bytes = shape.batch * shape.matrix_len() * kind.bytes();
         let column_major = if ROW_MAJOR {
-            scratch.allocate(shape.batch * shape.matrix_len() * kind.bytes(), 16)?
+            scratch.allocate(bytes, 16)?
         } else {
-            lu
+            gpu.copy(lu_ptr, a_ptr, bytes)?; // a no-op where XLA aliased them
+            lu_ptr
         };
         let relayout = |src, dst, from, to| {
             let geometry = [shape.rows, shape.cols, shape.batch];
-            // SAFETY: both hold the batch (`lu` as the result's shape says, `column_major`
+            // SAFETY: each holds the batch (`a` and `lu` as their shapes say, `column_major`
             // as allocated), distinct buffers.
             unsafe { gpu.copy_matrices(src, dst, kind.bytes(), geometry, from, to, false) }
         };
@@ -235,7 +239,7 @@ fn getrf_cuda<const ROW_MAJOR: bool>(
             Strides::column_major(rows, rows * cols),
         );
         if ROW_MAJOR {
-            relayout(lu, column_major, row_major, lapack)?;
+            relayout(a_ptr, column_major, row_major, lapack)?;
         }
         dispatch_lapack!(
             a,
@@ -250,15 +254,15 @@ fn getrf_cuda<const ROW_MAJOR: bool>(
             )
         )?;
         if ROW_MAJOR {
-            relayout(column_major, lu, lapack, row_major)?;
+            relayout(column_major, lu_ptr, lapack, row_major)?;
         }
         return Ok(());
     };
     let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
-    let (lu, ipiv, info) = (lu.data_ptr(), ipiv.data_ptr(), info.data_ptr());
     let row_major = ROW_MAJOR as u32;
     let mut params = [
-        param(&lu),
+        param(&a_ptr),
+        param(&lu_ptr),
         param(&ipiv),
         param(&info),
         param(&m),
@@ -266,7 +270,8 @@ fn getrf_cuda<const ROW_MAJOR: bool>(
         param(&batch),
         param(&row_major),
     ];
-    // SAFETY: batch m×n matrices in the target's layout, min(m, n) pivots and one info each.
+    // SAFETY: batch m×n matrices in the target's layout read from `a` and written to `lu`
+    // (the same buffer where XLA aliased them), min(m, n) pivots and one info each.
     unsafe { gpu.launch(&config, &mut params) }
 }
 

@@ -85,6 +85,17 @@ impl GpuLibrary<'_> {
     }
 }
 
+/// XLA's stream for a GPU handler whose result `out` replaces `a`: checks `out` against `a`.
+pub(crate) fn gpu_replacing(
+    stream: crate::ffi::Stream,
+    a: &Buffer<'_>,
+    out: &Buffer<'_>,
+) -> Result<crate::cuda::GpuStream> {
+    out.expect_dtype(a.dtype())?;
+    out.expect_dims(a.dims())?;
+    crate::cuda::GpuStream::adopt(stream)
+}
+
 /// XLA's stream for a GPU handler that factors `a` in place in `out`: checks `out` against
 /// `a` and copies `a` into it (nothing to copy when XLA aliased them, as jax's lowerings ask).
 pub(crate) fn gpu_in_place(
@@ -94,9 +105,7 @@ pub(crate) fn gpu_in_place(
     shape: MatrixBatch,
     kind: ferrax_kernels::launch::ScalarKind,
 ) -> Result<crate::cuda::GpuStream> {
-    out.expect_dtype(a.dtype())?;
-    out.expect_dims(a.dims())?;
-    let gpu = crate::cuda::GpuStream::adopt(stream)?;
+    let gpu = gpu_replacing(stream, a, out)?;
     gpu.copy(
         out.data_ptr().cast(),
         a.data_ptr().cast(),

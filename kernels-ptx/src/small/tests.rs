@@ -120,8 +120,8 @@ pub(super) fn transposed<T: Copy>(a: &[T], rows: usize, cols: usize) -> Vec<T> {
 }
 
 /// Runs the kernel the plan picks (with `threads` per block) on the emulated grid, on
-/// column-major matrices, given to the kernel row-major (transposed here and back) when
-/// `row_major`.
+/// column-major matrices: in place, or (`row_major`) out of place from a row-major copy into
+/// `a`, transposed back here.
 fn run_getrf<T: TestScalar>(
     a: &mut [T],
     m: u32,
@@ -130,9 +130,13 @@ fn run_getrf<T: TestScalar>(
     threads: u32,
     row_major: bool,
 ) -> (Vec<i32>, Vec<i32>) {
-    if row_major {
-        a.copy_from_slice(&transposed(a, m as usize, n as usize));
-    }
+    let source = if row_major {
+        let rows = transposed(a, m as usize, n as usize);
+        a.fill(T::from_parts(-7.0, 3.0)); // every element must be written
+        rows
+    } else {
+        Vec::new()
+    };
     let (variant, grid_dim, block, shared) =
         plan(T::KIND, m, n, batch, Some(threads), HOPPER_SHARED).unwrap();
     let mut ipiv = vec![-7; batch as usize * m.min(n) as usize];
@@ -142,17 +146,24 @@ fn run_getrf<T: TestScalar>(
         Ptr(ipiv.as_mut_ptr()),
         Ptr(info.as_mut_ptr()),
     );
+    let ps = if row_major {
+        Ptr(source.as_ptr() as *mut T)
+    } else {
+        pa
+    };
     let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
     grid::launch(grid_dim, block, scratch, move || unsafe {
-        let (a, ipiv, info) = (pa, pp, pi);
+        // The wrappers whole (closures capture fields of them otherwise, raw pointers).
+        let (src, a, ipiv, info) = (ps, pa, pp, pi);
+        let (src, a, ipiv, info) = (src.0, a.0, ipiv.0, info.0);
         let layout = row_major as u32;
         match variant {
-            Variant::Rows(4) => getrf_rows::<T, 4>(a.0, ipiv.0, info.0, m, n, batch, layout),
-            Variant::Rows(8) => getrf_rows::<T, 8>(a.0, ipiv.0, info.0, m, n, batch, layout),
-            Variant::Rows(16) => getrf_rows::<T, 16>(a.0, ipiv.0, info.0, m, n, batch, layout),
-            Variant::Rows(32) => getrf_rows::<T, 32>(a.0, ipiv.0, info.0, m, n, batch, layout),
+            Variant::Rows(4) => getrf_rows::<T, 4>(src, a, ipiv, info, m, n, batch, layout),
+            Variant::Rows(8) => getrf_rows::<T, 8>(src, a, ipiv, info, m, n, batch, layout),
+            Variant::Rows(16) => getrf_rows::<T, 16>(src, a, ipiv, info, m, n, batch, layout),
+            Variant::Rows(32) => getrf_rows::<T, 32>(src, a, ipiv, info, m, n, batch, layout),
             Variant::Rows(_) => unreachable!(),
-            Variant::Block => getrf_block::<T>(a.0, ipiv.0, info.0, m, n, batch, layout),
+            Variant::Block => getrf_block::<T>(src, a, ipiv, info, m, n, batch, layout),
         }
     });
     if row_major {
