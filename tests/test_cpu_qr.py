@@ -120,6 +120,34 @@ def test_one_call_qr_is_the_separate_targets_bit_for_bit(install, shape, full_ma
     np.testing.assert_array_equal(np.tril(r, -1), 0)
 
 
+@pytest.mark.parametrize("full_matrices", [True, False], ids=["full", "reduced"])
+@pytest.mark.parametrize("shape", [(1, 1), (6, 6), (40, 23), (23, 40), (130, 9)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_explicit_qr(install, shape, full_matrices, dtype):
+    """ferrax.linalg.qr without install(): close to stock jax's results, under vmap too, and
+    the installed jax qr's (the same ferrax_qr call) bit for bit."""
+    a = random_matrix((2, 3) + shape, dtype)
+    stock = run(lambda a: lax.linalg.qr(a, full_matrices=full_matrices), a)
+    ours = run(lambda a: ferrax.linalg.qr(a, full_matrices=full_matrices), a)
+    mapped = run(jax.vmap(lambda a: ferrax.linalg.qr(a, full_matrices=full_matrices)), a)
+    assert "ferrax_qr" in jax.jit(lambda a: ferrax.linalg.qr(a)).lower(a).as_text()
+    # Not bit for bit: OpenBLAS's kernels can round differently with the buffers' alignment.
+    assert_matches_stock(mapped, ours, tolerance(dtype))
+    for got, want in zip(ours, stock):
+        assert got.shape == want.shape
+        assert_matches_stock(got, want, tolerance(dtype))
+    if max(shape) <= 16:  # the Rust path (deterministic), the one ferrax_qr call either way
+        install()
+        assert_same(ours, run(lambda a: lax.linalg.qr(a, full_matrices=full_matrices), a))
+
+
+def test_explicit_qr_rejects_bad_input():
+    with pytest.raises(ValueError, match="ferrax_qr: expected a matrix"):
+        ferrax.linalg.qr(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="ferrax_qr: expected float32"):
+        ferrax.linalg.qr(np.ones((3, 3), np.int32))
+
+
 def test_hlo_names_ferrax_targets(install):
     a = random_matrix((5, 3), np.float64)
     c = random_matrix((5, 3), np.complex64)

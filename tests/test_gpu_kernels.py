@@ -430,6 +430,28 @@ def test_cholesky_past_the_lanes_reconstructs(gpu, dtype, batch, n, rng):
     np.testing.assert_array_equal(lower, np.tril(lower))
 
 
+# ferrax.linalg.qr on the GPU (no thresholds: the fused kernels, lanes and block, then the
+# libraries on a column-major copy) against the CPU's ferrax_qr.
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("batch, m, n", [((500,), 8, 8), ((100,), 32, 20), ((7,), 20, 32),
+                                         ((9,), 100, 60), ((3,), 200, 150), ((2,), 150, 200),
+                                         ((4,), 5, 0)], ids=str)
+@pytest.mark.parametrize("full_matrices", [False, True], ids=["reduced", "full"])
+def test_explicit_qr_matches_cpu(gpu, dtype, batch, m, n, full_matrices, random_matrix):
+    a = random_matrix(batch + (m, n), dtype)
+    fn = lambda a: ferrax.linalg.qr(a, full_matrices=full_matrices)
+    (q, r), hlo = on(gpu, fn, a)
+    assert "ferrax_qr" in hlo
+    cpu_q, cpu_r = (np.asarray(x) for x in fn(a))
+    if min(m, n) == 0:  # jax's result for empty matrices: the identity's columns, R empty
+        np.testing.assert_array_equal(q, cpu_q)
+        return
+    _small_residual(q @ r, a, dtype)
+    np.testing.assert_array_equal(np.tril(r, -1), 0)
+    assert _relative_residual(r, cpu_r) < 1e3 * np.finfo(dtype).eps
+    assert _relative_residual(q, cpu_q) < 1e3 * np.finfo(dtype).eps
+
+
 def _qr_by_steps(a):
     """jnp.linalg.qr's reduced mode through jax's separate primitives (ferrax_geqrf and
     ferrax_orgqr when installed, rather than the one-call ferrax_qr)."""

@@ -234,7 +234,7 @@ def _lu_row_major(ctx, operand):
     return [lu, pivots, perm]
 
 
-_qr_fused = batched_ffi_lowering(_primitives.QR, num_non_batch_dims=2, column_major=False)
+_qr_fused = _primitives.qr_lowering
 _jax_qr_lowering = mlir.lower_fun(lax_linalg._qr_lowering)
 
 #: Up to this order the CPU qr (without pivoting) is one ferrax_qr call, which does per matrix

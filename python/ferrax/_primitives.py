@@ -183,6 +183,23 @@ cholesky_update_p = _primitive(
                                   operand_output_aliases={0: 0, 1: 1})})
 
 
+def _qr_abstract_eval(a, *, full_matrices):
+    if a.ndim < 2:
+        raise ValueError(f"{QR}: expected a matrix or a batch of matrices, got shape {a.shape}")
+    if dtypes.dtype(a.dtype) not in LAPACK_DTYPES:
+        raise TypeError(f"{QR}: expected float32, float64, complex64 or complex128, got {a.dtype}")
+    *batch, m, n = a.shape
+    q_cols = m if full_matrices else min(m, n)
+    return (core.ShapedArray((*batch, m, q_cols), a.dtype),
+            core.ShapedArray((*batch, q_cols, n), a.dtype))
+
+
+#: jax's whole ``qr`` without pivoting as one call on jax's row-major arrays (Q and R, R with
+#: zeros below the diagonal), CPU and CUDA; ``full_matrices`` is the call's attribute.
+qr_lowering = batched_ffi_lowering(QR, num_non_batch_dims=2, column_major=False)
+qr_p = _primitive(QR, _qr_abstract_eval, _on("cpu", "cuda")(qr_lowering))
+
+
 #: jax's own ``cholesky`` (symmetrize, ``cholesky_p``, ``tril``), kept before ``install()``
 #: points jax's name at ferrax's.
 _jax_cholesky = lax_linalg.cholesky

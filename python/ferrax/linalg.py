@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 
 from ferrax._primitives import (cholesky_p, cholesky_update_p, getrf_p,
-                                lu_pivots_to_permutation_p)
+                                lu_pivots_to_permutation_p, qr_p)
 from ferrax._registry import register
 
-__all__ = ["cholesky", "cholesky_update", "getrf", "lu", "lu_pivots_to_permutation"]
+__all__ = ["cholesky", "cholesky_update", "getrf", "lu", "lu_pivots_to_permutation", "qr"]
 
 
 def cholesky(x, *, symmetrize_input: bool = True):
@@ -67,3 +67,12 @@ def lu_from_getrf(packed, ipiv, info, m):
     pivots = ipiv - 1
     packed = jnp.where((info >= 0)[..., None, None], packed, jnp.nan)
     return packed, pivots, lu_pivots_to_permutation(pivots, m)
+
+
+def qr(a, *, full_matrices: bool = False):
+    """QR without pivoting, as :func:`jax.lax.linalg.qr`: ``(q, r)`` with ``q`` of shape
+    ``[..., m, m]`` (``full_matrices``) or ``[..., m, min(m, n)]`` and ``r`` upper triangular,
+    in one ferrax call on CPU and CUDA (jax's steps take four passes over the batch around
+    theirs)."""
+    register()
+    return tuple(qr_p.bind(jnp.asarray(a), full_matrices=bool(full_matrices)))
