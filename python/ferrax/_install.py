@@ -12,10 +12,11 @@ are ferrax's own, all to spare XLA's passes over the batch around the calls (ser
 memory-bound code next to the parallel kernels): triangular_solve calls jax's with transposed
 operands (see ``_triangular_solve_cpu``), lu calls a row-major getrf (``_lu_row_major``), and
 qr one call for all of jax's steps (``_qr_cpu``); on the GPU lu and qr take the same two
-targets (``_lu_cuda``, ``_qr_cuda``), whose kernels read jax's layout themselves. jax's ``cholesky``
-symmetrizes and takes ``tril`` outside its primitive, so the function itself is replaced (in
-``jax._src.lax.linalg``, through which jnp.linalg and jax.scipy.linalg call it, and in
-``jax.lax.linalg``) by ``ferrax.linalg.cholesky``, one call for all of it.
+targets (``_lu_cuda``, ``_qr_cuda``), whose kernels read jax's layout themselves. jax's
+``cholesky`` symmetrizes and takes ``tril`` outside its primitive, so the function itself is
+replaced (in ``jax._src.lax.linalg``, through which jnp.linalg and jax.scipy.linalg call it,
+and in ``jax.lax.linalg``) by ``ferrax.linalg.cholesky``, one call for all of it (on the GPU
+too for small orders: ``_cholesky_fused_cuda``).
 
 jax's CPU sparse lowering names its target itself: ``_csr_spmm_cpu_lowering`` in
 ``jax.experimental.sparse._lowerings``, registered for ``csr_spmv_p``/``csr_spmm_p`` and looked up
