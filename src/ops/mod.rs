@@ -17,11 +17,13 @@ pub mod tridiagonal;
 pub mod tridiagonal_solve;
 pub mod trsm;
 
+use crate::cuda::cusolver::{Handle as SolverHandle, Solver, Status as SolverStatus};
 use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error, XLA_FFI_Handler};
 use crate::ffi::{Buffer, Error, MatrixBatch, NativeType, Result, ThreadPool};
 use ferrax_cpu_fallback::Lapack;
 pub(crate) use ferrax_kernels::small::lanes::Layout;
 use num_complex::Complex;
+use std::ffi::c_int;
 
 /// The element type of a GPU linear-algebra operand, or an error naming the operand.
 pub(crate) fn gpu_scalar_kind(buffer: &Buffer<'_>) -> Result<ferrax_kernels::launch::ScalarKind> {
@@ -71,6 +73,25 @@ impl GpuLibrary<'_> {
     /// which the handlers' checks rule out).
     pub fn ignored_info(&self) -> Result<*mut i32> {
         Ok(self.scratch.allocate(4, 4)?.cast())
+    }
+
+    /// One cuSOLVER routine per matrix `b < batch` (it has no batched geqrf, orgqr or ormqr),
+    /// with one workspace sized by `query(handle, &mut lwork)` and one ignored `info`, both
+    /// reused in stream order: `call(handle, b, work, lwork, info)` runs it on matrix `b`.
+    pub fn solve_each<T>(
+        &self,
+        routine: &str,
+        batch: usize,
+        query: impl FnOnce(SolverHandle, *mut c_int) -> SolverStatus,
+        mut call: impl FnMut(SolverHandle, usize, *mut T, c_int, *mut c_int) -> SolverStatus,
+    ) -> Result<()> {
+        let solver = Solver::on(self.gpu)?;
+        let lwork = solver.lwork(&format!("{routine}_bufferSize"), query)?;
+        let (work, info) = (self.workspace::<T>(lwork)?, self.ignored_info()?);
+        for b in 0..batch {
+            solver.run(routine, |h| call(h, b, work, lwork, info))?;
+        }
+        Ok(())
     }
 
     /// A device array of `count` pointers `base + i·stride` (elements of `T`).

@@ -11,8 +11,8 @@ use crate::ffi::{
 use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{
-    by_lanes, char_attr, expect_same_array, for_each_chunk, gpu_in_place, gpu_scalar_kind,
-    lapack_dim, routine, small_kernel, GpuLibrary, SharedMut,
+    by_lanes, char_attr, expect_same_array, for_each_chunk, gpu_in_place, gpu_replacing,
+    gpu_scalar_kind, lapack_dim, routine, small_kernel, GpuLibrary, SharedMut,
 };
 use ferrax_cpu_fallback::{Lapack, Potrf};
 use ferrax_kernels::small::lanes::{self, LANES};
@@ -268,8 +268,7 @@ fn cholesky_cuda(
 ) -> Result<()> {
     let kind = gpu_scalar_kind(&a)?;
     let shape = MatrixBatch::square(&a)?;
-    l.expect_dtype(a.dtype())?;
-    l.expect_dims(a.dims())?;
+    let gpu = gpu_replacing(stream, &a, &l)?;
     if shape.batch == 0 || shape.rows == 0 {
         return Ok(());
     }
@@ -285,7 +284,6 @@ fn cholesky_cuda(
             shape.cols
         )));
     };
-    let gpu = crate::cuda::GpuStream::adopt(stream)?;
     let (a, l) = (a.data_ptr(), l.data_ptr());
     let (n, batch, symmetrize) = (
         shape.rows as u32,

@@ -12,7 +12,7 @@
 //!   `tau` `[..., min(m, n)]` out, the first two aliasing the inputs.
 
 use crate::cuda::cublas::{Batched, Blas};
-use crate::cuda::cusolver::{Dense, Op, Side, Solver};
+use crate::cuda::cusolver::{Dense, Op, Side};
 use crate::cuda::{param, GpuStream};
 use crate::ffi::{
     Buffer, DataType, Error, MatrixBatch, Result, ScratchAllocator, Stream, ThreadPool,
@@ -903,29 +903,17 @@ fn geqrf_library<T: Dense + Batched>(
         })?;
         return check_info("geqrfBatched", info);
     }
-    let solver = Solver::on(library.gpu)?;
-    // SAFETY: a size query on a matrix of the batch.
-    let lwork = solver.lwork("geqrf_bufferSize", |h, lwork| unsafe {
-        T::geqrf_buffer_size(h, m, n, a, m, lwork)
-    })?;
-    let (work, info) = (library.workspace::<T>(lwork)?, library.ignored_info()?);
-    for b in 0..shape.batch {
-        // SAFETY: matrix b and its k taus; workspace and info are reused in stream order.
-        solver.run("geqrf", |h| unsafe {
-            T::geqrf(
-                h,
-                m,
-                n,
-                a.add(b * matrix_len),
-                m,
-                tau.add(b * k),
-                work,
-                lwork,
-                info,
-            )
-        })?;
-    }
-    Ok(())
+    library.solve_each(
+        "geqrf",
+        shape.batch,
+        // SAFETY: a size query on a matrix of the batch.
+        |h, lwork| unsafe { T::geqrf_buffer_size(h, m, n, a, m, lwork) },
+        // SAFETY: matrix b and its k taus, the workspace and info `solve_each` sized.
+        |h, b, work, lwork, info| unsafe {
+            let (matrix, taus) = (a.add(b * matrix_len), tau.add(b * k));
+            T::geqrf(h, m, n, matrix, m, taus, work, lwork, info)
+        },
+    )
 }
 
 ffi_handler! {
@@ -1136,31 +1124,18 @@ fn orgqr_library<T: Dense>(
     a: *mut T,
     tau: *const T,
 ) -> Result<()> {
-    let (matrix_len, taus) = (stride, k as usize);
-    let solver = Solver::on(library.gpu)?;
-    // SAFETY: a size query on a matrix of the batch.
-    let lwork = solver.lwork("orgqr_bufferSize", |h, lwork| unsafe {
-        T::orgqr_buffer_size(h, m, n, k, a, m, tau, lwork)
-    })?;
-    let (work, info) = (library.workspace::<T>(lwork)?, library.ignored_info()?);
-    for b in 0..shape.batch {
-        // SAFETY: matrix b and its k taus; workspace and info are reused in stream order.
-        solver.run("orgqr", |h| unsafe {
-            T::orgqr(
-                h,
-                m,
-                n,
-                k,
-                a.add(b * matrix_len),
-                m,
-                tau.add(b * taus),
-                work,
-                lwork,
-                info,
-            )
-        })?;
-    }
-    Ok(())
+    let taus = k as usize;
+    library.solve_each(
+        "orgqr",
+        shape.batch,
+        // SAFETY: a size query on a matrix of the batch.
+        |h, lwork| unsafe { T::orgqr_buffer_size(h, m, n, k, a, m, tau, lwork) },
+        // SAFETY: matrix b and its k taus, the workspace and info `solve_each` sized.
+        |h, b, work, lwork, info| unsafe {
+            let (matrix, its_taus) = (a.add(b * stride), tau.add(b * taus));
+            T::orgqr(h, m, n, k, matrix, m, its_taus, work, lwork, info)
+        },
+    )
 }
 
 ffi_handler! {
@@ -1254,35 +1229,23 @@ fn ormqr_library<T: Dense>(
         shapes.c.matrix_len(),
         shapes.k,
     );
-    let solver = Solver::on(library.gpu)?;
-    // SAFETY: a size query on a matrix of the batch.
-    let lwork = solver.lwork("ormqr_bufferSize", |h, lwork| unsafe {
-        T::ormqr_buffer_size(h, side, operation, m, n, k, a, lda, tau, c, m, lwork)
-    })?;
-    let (work, info) = (library.workspace::<T>(lwork)?, library.ignored_info()?);
-    for b in 0..shapes.c.batch {
-        // SAFETY: matrix b of a (k reflectors of length lda), its k taus and matrix b of c;
-        // workspace and info are reused in stream order.
-        solver.run("ormqr", |h| unsafe {
+    library.solve_each(
+        "ormqr",
+        shapes.c.batch,
+        // SAFETY: a size query on a matrix of the batch.
+        |h, lwork| unsafe {
+            T::ormqr_buffer_size(h, side, operation, m, n, k, a, lda, tau, c, m, lwork)
+        },
+        // SAFETY: matrix b of a (k reflectors of length lda), its k taus and matrix b of c,
+        // the workspace and info `solve_each` sized.
+        |h, b, work, lwork, info| unsafe {
+            let (reflectors, its_taus) = (a.add(b * a_len), tau.add(b * taus));
+            let its_c = c.add(b * c_len);
             T::ormqr(
-                h,
-                side,
-                operation,
-                m,
-                n,
-                k,
-                a.add(b * a_len),
-                lda,
-                tau.add(b * taus),
-                c.add(b * c_len),
-                m,
-                work,
-                lwork,
-                info,
+                h, side, operation, m, n, k, reflectors, lda, its_taus, its_c, m, work, lwork, info,
             )
-        })?;
-    }
-    Ok(())
+        },
+    )
 }
 
 #[cfg(test)]
