@@ -136,24 +136,29 @@ def ferrax_on_gpu_everywhere():
         jax.clear_caches()
 
 
-def _lu_cuda(ctx, operand):
-    if _ferrax_on_gpu("getrf", ctx.avals_in[0]):
-        return _lu_row_major(ctx, operand)
-    return lax_linalg._lu_cpu_gpu_lowering(ctx, operand, target_name_prefix="cu")
+def _lu_rule(row_major, jax_prefix):
+    """A lowering rule for jax's lu: ferrax_getrf_row_major (``_lu_row_major``) where
+    ``row_major(aval)`` holds for the operand, else jax's rule naming its targets with
+    ``jax_prefix``."""
 
+    def rule(ctx, operand):
+        if row_major(ctx.avals_in[0]):
+            return _lu_row_major(ctx, operand)
+        return lax_linalg._lu_cpu_gpu_lowering(ctx, operand, target_name_prefix=jax_prefix)
+
+    return rule
+
+
+_lu_cuda = _lu_rule(lambda aval: _ferrax_on_gpu("getrf", aval), "cu")
 
 #: Up to this order jax's whole cholesky on the GPU is one ferrax_cholesky call (its lanes
 #: kernels, which fit every device's default shared memory); larger orders take jax's steps.
 _GPU_FUSED_CHOLESKY_MAX = 32
 
-
-def _cholesky_fused_cuda(ctx, a, *, symmetrize_input):
-    # ferrax's cholesky_p (what install() makes of jax's cholesky): one call in place of jax's
-    # symmetrize, transposes, NaN select and tril, where ferrax takes potrf at all.
-    aval, = ctx.avals_in
-    if aval.shape[-1] <= _GPU_FUSED_CHOLESKY_MAX and _ferrax_on_gpu("potrf", aval):
-        return _primitives.cholesky_fused_lowering(ctx, a, symmetrize_input=symmetrize_input)
-    return _primitives.cholesky_reference_lowering(ctx, a, symmetrize_input=symmetrize_input)
+# ferrax's cholesky_p (what install() makes of jax's cholesky): one call in place of jax's
+# symmetrize, transposes, NaN select and tril, where ferrax takes potrf at all.
+_cholesky_fused_cuda = _primitives.cholesky_rule(
+    lambda aval: _ferrax_on_gpu("potrf", aval) and aval.shape[-1] <= _GPU_FUSED_CHOLESKY_MAX)
 
 
 def _cholesky_cuda(ctx, operand):
@@ -162,13 +167,21 @@ def _cholesky_cuda(ctx, operand):
     return lax_linalg._cholesky_gpu_lowering(ctx, operand, target_name_prefix="cu")
 
 
-def _qr_cuda(ctx, operand, *, pivoting, full_matrices, use_magma):
-    # Sized as jax's steps would be: ferrax_qr replaces ferrax's geqrf and orgqr together.
-    aval = ctx.avals_in[0]
-    if pivoting or not (_ferrax_on_gpu("geqrf", aval) and _ferrax_on_gpu("orgqr", aval)):
-        return _jax_qr_lowering(ctx, operand, pivoting=pivoting, full_matrices=full_matrices,
-                                use_magma=use_magma)
-    return _qr_fused(ctx, operand, full_matrices=full_matrices)
+def _qr_rule(fused):
+    """A lowering rule for jax's qr: one ferrax_qr call where ``fused(aval)`` holds for the
+    operand (without pivoting), else jax's steps, each lowered by its own rule."""
+
+    def rule(ctx, operand, *, pivoting, full_matrices, use_magma):
+        if pivoting or not fused(ctx.avals_in[0]):
+            return _jax_qr_lowering(ctx, operand, pivoting=pivoting,
+                                    full_matrices=full_matrices, use_magma=use_magma)
+        return _qr_fused(ctx, operand, full_matrices=full_matrices)
+
+    return rule
+
+
+# Sized as jax's steps would be: ferrax_qr replaces ferrax's geqrf and orgqr together.
+_qr_cuda = _qr_rule(lambda aval: _ferrax_on_gpu("geqrf", aval) and _ferrax_on_gpu("orgqr", aval))
 
 
 def _geqrf_cuda(ctx, operand):
@@ -208,12 +221,8 @@ _getrf_row_major = batched_ffi_lowering(_primitives.GETRF_ROW_MAJOR, num_non_bat
 _ROW_MAJOR_LU_MAX = 128
 
 
-def _lu_cpu(ctx, operand):
-    operand_aval, = ctx.avals_in
-    if (not core.is_constant_shape(operand_aval.shape)
-            or not _small_lapack_matrices(operand_aval, _ROW_MAJOR_LU_MAX)):
-        return lax_linalg._lu_cpu_gpu_lowering(ctx, operand, target_name_prefix="cpu")
-    return _lu_row_major(ctx, operand)
+_lu_cpu = _lu_rule(lambda aval: core.is_constant_shape(aval.shape)
+                  and _small_lapack_matrices(aval, _ROW_MAJOR_LU_MAX), "cpu")
 
 
 def _lu_row_major(ctx, operand):
@@ -244,11 +253,7 @@ _jax_qr_lowering = mlir.lower_fun(lax_linalg._qr_lowering)
 _FUSED_QR_MAX = 128
 
 
-def _qr_cpu(ctx, operand, *, pivoting, full_matrices, use_magma):
-    if pivoting or not _small_lapack_matrices(ctx.avals_in[0], _FUSED_QR_MAX):
-        return _jax_qr_lowering(ctx, operand, pivoting=pivoting, full_matrices=full_matrices,
-                                use_magma=use_magma)
-    return _qr_fused(ctx, operand, full_matrices=full_matrices)
+_qr_cpu = _qr_rule(lambda aval: _small_lapack_matrices(aval, _FUSED_QR_MAX))
 
 
 def _cholesky_update(r, w):

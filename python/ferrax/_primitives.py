@@ -225,12 +225,20 @@ cholesky_fused_lowering = batched_ffi_lowering(CHOLESKY, num_non_batch_dims=2,
                                                 column_major=False)
 
 
-def _cholesky_cpu_lowering(ctx, a, *, symmetrize_input):
-    aval, = ctx.avals_in
-    n = aval.shape[-1]
-    if core.is_constant_dim(n) and n <= CPU_FUSED_CHOLESKY_MAX:
-        return cholesky_fused_lowering(ctx, a, symmetrize_input=symmetrize_input)
-    return cholesky_reference_lowering(ctx, a, symmetrize_input=symmetrize_input)
+def cholesky_rule(fused):
+    """A lowering rule for :data:`cholesky_p`: one ``ferrax_cholesky`` call where
+    ``fused(aval)`` holds for its operand, jax's steps elsewhere."""
+
+    def rule(ctx, a, *, symmetrize_input):
+        if fused(ctx.avals_in[0]):
+            return cholesky_fused_lowering(ctx, a, symmetrize_input=symmetrize_input)
+        return cholesky_reference_lowering(ctx, a, symmetrize_input=symmetrize_input)
+
+    return rule
+
+
+_cholesky_cpu_lowering = cholesky_rule(
+    lambda aval: core.is_constant_dim(aval.shape[-1]) and aval.shape[-1] <= CPU_FUSED_CHOLESKY_MAX)
 
 
 def _cholesky_jvp(primals, tangents, *, symmetrize_input):
