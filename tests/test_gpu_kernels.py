@@ -490,9 +490,16 @@ def test_qr_past_the_lanes_matches_stock(gpu, dtype, batch, m, n, steps, random_
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("left", [True, False])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_ormqr_cusolver_matches_q(gpu, dtype, left, transpose, random_matrix):
-    a = random_matrix((3, 40, 30), dtype)
-    c = random_matrix((3, 40, 20) if left else (3, 20, 40), dtype)
+@pytest.mark.parametrize("batch, rows, cols, vectors", [
+    ((300,), 8, 8, 5),  # the kernel, many matrices per block
+    ((3,), 40, 30, 20),  # the kernel, fewer reflectors than Q's order
+    ((2, 3), 12, 20, 7),  # the kernel, a wider than its 12 reflectors
+    ((2,), 160, 60, 9),  # past the kernel: cuSOLVER
+], ids=str)
+def test_ormqr_matches_q(gpu, dtype, left, transpose, batch, rows, cols, vectors,
+                         random_matrix):
+    a = random_matrix(batch + (rows, cols), dtype)
+    c = random_matrix(batch + ((rows, vectors) if left else (vectors, rows)), dtype)
     reflectors, taus = lax_linalg.geqrf(a)
     reflectors, taus = np.asarray(reflectors), np.asarray(taus)
     multiply = lambda r, t, c: jax.lax.linalg.ormqr(r, t, c, left=left, transpose=transpose)
@@ -500,8 +507,10 @@ def test_ormqr_cusolver_matches_q(gpu, dtype, left, transpose, random_matrix):
     with ferrax._install.ferrax_on_gpu_everywhere():
         got, hlo = on(gpu, multiply, reflectors, taus, c)
     assert "ferrax_ormqr" in hlo
-    # Q (40×40) in full from the same reflectors, on the CPU.
-    padded = np.concatenate([reflectors, np.zeros((3, 40, 10), dtype)], axis=-1)
+    # Q (rows×rows) in full from the same reflectors, on the CPU.
+    k = taus.shape[-1]
+    padded = np.zeros(batch + (rows, rows), dtype)
+    padded[..., :k] = reflectors[..., :k]
     q = np.asarray(jax.lax.linalg.householder_product(padded, taus))
     if transpose:
         q = np.conj(np.swapaxes(q, -1, -2))

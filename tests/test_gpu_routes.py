@@ -95,7 +95,8 @@ def test_qr_steps_keep_their_own_targets(installed):
 
 
 def test_ormqr_stays_with_jaxlib_until_measured(installed):
-    """ferrax_ormqr (cuSOLVER only) has a threshold of 0 until the H200 sweep measures it."""
+    """ferrax_ormqr (a PTX kernel up to 128, cuSOLVER past it) has a threshold of 0 until the
+    H200 sweep measures it."""
     specs = (spec((5, 40, 30), np.float32), spec((5, 30), np.float32), spec((5, 40, 8), np.float32))
     assert cuda_targets(jax.lax.linalg.ormqr, *specs) == {"cusolver_ormqr_ffi"}
     with ferrax._install.ferrax_on_gpu_everywhere():

@@ -277,6 +277,23 @@ mod small_qr_entries {
     small_orgqr!(C128: 4: ferrax_orgqr_small_c128_w4; 8: ferrax_orgqr_small_c128_w8;
         16: ferrax_orgqr_small_c128_w16; 32: ferrax_orgqr_small_c128_w32;
         block: ferrax_orgqr_small_c128_block;);
+
+    /// `ormqr`/`unmqr` entries, one per element type (`qr::ormqr_launch`).
+    macro_rules! small_ormqr {
+        ($($t:ty: $ormqr:ident;)*) => {$(
+            #[no_mangle]
+            pub unsafe extern "ptx-kernel" fn $ormqr(
+                a: *const $t, tau: *const $t, c: *mut $t, q: u32, a_cols: u32, k: u32,
+                vectors: u32, batch: u64, left: u32, transpose: u32,
+            ) {
+                crate::small::qr::ormqr_block::<$t>(
+                    a, tau, c, q, a_cols, k, vectors, batch, left, transpose,
+                )
+            }
+        )*};
+    }
+    small_ormqr!(f32: ferrax_ormqr_small_f32_block; f64: ferrax_ormqr_small_f64_block;
+        C64: ferrax_ormqr_small_c64_block; C128: ferrax_ormqr_small_c128_block;);
 }
 
 // Rank-1 Cholesky update (`cholesky_update`): `small` (one warp per matrix) and `large`

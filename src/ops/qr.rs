@@ -1139,8 +1139,9 @@ fn orgqr_library<T: Dense>(
 }
 
 ffi_handler! {
-    /// Multiplication by Q from Householder reflectors on the GPU: cuSOLVER's ormqr/unmqr,
-    /// one call per matrix.
+    /// Multiplication by Q from Householder reflectors on the GPU: ferrax's PTX kernel for Q
+    /// up to 128×128 acting on up to 128 vectors of c (as shared memory allows), cuSOLVER's
+    /// ormqr/unmqr, one call per matrix, for the rest.
     pub fn ferrax_cuda_ormqr = ORMQR_TARGET;
     ctx stream: Stream;
     ctx scratch: ScratchAllocator;
@@ -1175,6 +1176,37 @@ fn ormqr_cuda(
     // cuSOLVER's quick return as LAPACK's: an empty c, or no reflectors (Q = I).
     if shape.matrix_len() == 0 || shapes.k == 0 {
         return Ok(());
+    }
+    let q_order = shapes.reflectors.rows;
+    let vectors = if left { shape.cols } else { shape.rows };
+    let small = MatrixBatch {
+        rows: q_order,
+        cols: vectors,
+        ..shape
+    };
+    let k = shapes.k as u32; // k <= q_order <= 128 once a kernel takes the shape
+    let kernel = small_kernel(&gpu, small, |q, vectors, batch, max_shared| {
+        small_qr::ormqr_launch(kind, q, k, vectors, batch, max_shared)
+    })?;
+    if let (Some(config), Ok(a_cols)) = (kernel, u32::try_from(shapes.reflectors.cols)) {
+        let (q, vectors, batch) = (q_order as u32, vectors as u32, shape.batch as u64);
+        let (left, transpose) = (left as u32, transpose as u32);
+        let (a, tau, c) = (a.data_ptr(), tau.data_ptr(), c_out.data_ptr());
+        let mut params = [
+            param(&a),
+            param(&tau),
+            param(&c),
+            param(&q),
+            param(&a_cols),
+            param(&k),
+            param(&vectors),
+            param(&batch),
+            param(&left),
+            param(&transpose),
+        ];
+        // SAFETY: batch reflector matrices of q×a_cols with k taus each, and batch matrices
+        // of c with q×vectors elements, as ormqr_shapes checked.
+        return unsafe { gpu.launch(&config, &mut params) };
     }
     let library = GpuLibrary {
         gpu: &gpu,

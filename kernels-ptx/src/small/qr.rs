@@ -348,6 +348,71 @@ pub fn org2r<T: QrScalar>(a: &mut [T], m: usize, n: usize, lda: usize, k: usize,
     }
 }
 
+/// `xLARF('Right')` of the reflector `(1, v[1..])` and `tau` to one row `x` of a matrix (element
+/// `r` at `x[r·stride]`, as long as `v`), as LAPACK applies it to each row: `w = Σ x[r]·v[r]`
+/// in order (xGEMV), then `x[r] += w·(-tau·conj(v[r]))` (xGERC) unless `tau` or `w` is zero.
+pub fn larf_row<T: QrScalar>(v: &[T], tau: T, x: &mut [T], stride: usize) {
+    if tau == T::ZERO {
+        return;
+    }
+    let vr = |r: usize| if r == 0 { T::ONE } else { v[r] };
+    let mut w = T::ZERO;
+    for r in 0..v.len() {
+        w = w + x[r * stride] * vr(r);
+    }
+    if w != T::ZERO {
+        for r in 0..v.len() {
+            x[r * stride] = x[r * stride] + w * (-tau * vr(r).conj());
+        }
+    }
+}
+
+/// Whether `xORM2R`/`xUNM2R` applies the reflectors first to last (`Qᴴ·C` and `C·Q`) rather
+/// than last to first (`Q·C` and `C·Qᴴ`).
+const fn orm2r_forward(left: bool, transpose: bool) -> bool {
+    left == transpose
+}
+
+/// `xORM2R`/`xUNM2R` on one column-major `m×n` matrix `c` (leading dimension `m`): `op(Q)·c`
+/// (`left`) or `c·op(Q)`, `op(Q) = Qᴴ` when `transpose`, with `Q = H(0)⋯H(k-1)` from the
+/// `k` reflectors in the columns of `a` (leading dimension `lda ≥` Q's order, `m` or `n`; rows
+/// on and above each diagonal not read) and their `tau`, as the GPU kernels compute it.
+///
+/// # Panics
+/// If a slice is too short.
+#[allow(clippy::too_many_arguments)] // LAPACK's argument list
+pub fn orm2r<T: QrScalar>(
+    a: &[T],
+    lda: usize,
+    tau: &[T],
+    k: usize,
+    c: &mut [T],
+    m: usize,
+    n: usize,
+    left: bool,
+    transpose: bool,
+) {
+    let order = if left { m } else { n };
+    for s in 0..k {
+        let i = if orm2r_forward(left, transpose) {
+            s
+        } else {
+            k - 1 - s
+        };
+        let t = if transpose { tau[i].conj() } else { tau[i] };
+        let v = &a[i * lda + i..i * lda + order];
+        if left {
+            for col in c.chunks_exact_mut(m).take(n) {
+                larf(v, t, &mut col[i..]);
+            }
+        } else {
+            for row in 0..m {
+                larf_row(v, t, &mut c[i * m + row..], m);
+            }
+        }
+    }
+}
+
 /// Elements of the reflector kept in registers by the lanes that apply it: all of it while the
 /// copy fits (then each element is shuffled once per step); else it is shuffled again for the
 /// update (c128 at `W = 32`, whose column alone takes 128 registers).
@@ -853,6 +918,115 @@ pub unsafe fn orgqr_block<T: QrScalar>(
     }
 }
 
+/// Threads per block of the ormqr kernel, at most (rounded up to whole warps for few vectors).
+const ORMQR_THREADS: u32 = 128;
+
+/// Shared bytes of the ormqr kernel for `group` matrices: their `k` reflectors and `vectors`
+/// vectors of C as padded columns of `q` elements, then the `k` taus of each.
+const fn ormqr_shared_bytes(group: u32, q: u32, k: u32, vectors: u32, size: usize) -> usize {
+    let elements = group as usize * ((k + vectors) as usize * ld(q) as usize + k as usize);
+    (elements * size).div_ceil(16) * 16
+}
+
+/// Matrices each block of the ormqr kernel takes at once: a thread per vector of C, up to
+/// [`ORMQR_THREADS`], as many as fit the default 48 KiB of shared memory (one at least,
+/// however much it needs). A function of the shape alone, so kernel and plan agree on it.
+const fn ormqr_group(q: u32, k: u32, vectors: u32, size: usize) -> u32 {
+    let per = if vectors == 0 { 1 } else { vectors };
+    let mut group = if per >= ORMQR_THREADS {
+        1
+    } else {
+        ORMQR_THREADS / per
+    };
+    while group > 1 && ormqr_shared_bytes(group, q, k, vectors, size) > MAX_SHARED_BYTES {
+        group -= 1;
+    }
+    group
+}
+
+/// `xORM2R`/`xUNM2R` ([`orm2r`]) on the column-major matrices `c`, a thread per vector of C
+/// the reflectors act on: its columns (`left`, `c` `q×vectors`) or rows (`c` `vectors×q`, staged
+/// transposed so that a row, too, is a padded column in shared memory). The `k` reflectors of
+/// each matrix (the first columns of `a`'s `q×a_cols` matrix) and its taus are staged once; each
+/// thread then applies all of them to its vector with no barrier between. A block takes
+/// [`ormqr_group`] matrices at a time, looping over the batch.
+///
+/// # Safety
+/// `a` holds `batch·q·a_cols` elements (`k ≤ min(q, a_cols)`), `tau` `batch·k`, `c`
+/// `batch·q·vectors`; the launch is [`ormqr_launch`]'s.
+#[allow(clippy::too_many_arguments)] // one per operand and dimension, as the entry point's
+pub unsafe fn ormqr_block<T: QrScalar>(
+    a: *const T,
+    tau: *const T,
+    c: *mut T,
+    q: u32,
+    a_cols: u32,
+    k: u32,
+    vectors: u32,
+    batch: u64,
+    left: u32,
+    transpose: u32,
+) {
+    let (t, nb) = (thread_idx_x(), block_dim_x());
+    let (left, transpose) = (left != 0, transpose != 0);
+    let (group, ldq) = (ormqr_group(q, k, vectors, core::mem::size_of::<T>()), ld(q));
+    let shared = dynamic_shared::<T>();
+    let reflectors = shared;
+    let vecs = shared.add((group * k * ldq) as usize);
+    let taus = vecs.add((group * vectors * ldq) as usize);
+    let c_staging = Staging {
+        row_major: !left,
+        ..staging(q, vectors, q)
+    };
+    let (g, j) = (t / vectors.max(1), t % vectors.max(1));
+    let mut first = block_idx_x() as u64 * group as u64;
+    while first < batch {
+        let count = (batch - first).min(group as u64) as u32;
+        let a_len = q as usize * a_cols as usize;
+        let a_first = a.add(first as usize * a_len) as *mut T;
+        if a_cols == k {
+            stage::<T, true>(a_first, reflectors, count, staging(q, k, q));
+        } else {
+            // Each matrix's first k columns, the rest skipped.
+            for h in 0..count {
+                let matrix = a_first.add(h as usize * a_len);
+                let into = reflectors.add((h * k * ldq) as usize);
+                stage::<T, true>(matrix, into, 1, staging(q, k, q));
+            }
+        }
+        let global = c.add((first * (q * vectors) as u64) as usize);
+        stage::<T, true>(global, vecs, count, c_staging);
+        let mut e = t;
+        while e < count * k {
+            *taus.add(e as usize) = *tau.add((first * k as u64) as usize + e as usize);
+            e += nb;
+        }
+        sync_threads();
+        if g < count {
+            let x = shared_column(vecs, ldq, q, g * vectors + j);
+            for s in 0..k {
+                let i = if orm2r_forward(left, transpose) {
+                    s
+                } else {
+                    k - 1 - s
+                };
+                let ti = *taus.add((g * k + i) as usize);
+                let ti = if transpose { ti.conj() } else { ti };
+                let v = &shared_column(reflectors, ldq, q, g * k + i)[i as usize..];
+                if left {
+                    larf(v, ti, &mut x[i as usize..]);
+                } else {
+                    larf_row(v, ti, &mut x[i as usize..], 1);
+                }
+            }
+        }
+        sync_threads();
+        stage::<T, false>(global, vecs, count, c_staging);
+        sync_threads(); // before the next matrices overwrite shared memory
+        first += grid_dim_x() as u64 * group as u64;
+    }
+}
+
 /// [`qr_rows`] with one block per matrix (past the lanes kernels, as [`geqrf_block`]): the
 /// row-major matrix staged in, [`geqr2_block`], R staged out, [`org2r_block`] on the same
 /// shared copy, Q staged out.
@@ -1081,6 +1255,43 @@ pub fn orgqr_launch(
     }
     let block = block_plan(kind, m, n, batch, max_shared)?;
     Some(block_launch(&ORGQR_BLOCK_NAMES, kind, block))
+}
+
+const ORMQR_NAMES: [&str; 4] = [
+    "ferrax_ormqr_small_f32_block",
+    "ferrax_ormqr_small_f64_block",
+    "ferrax_ormqr_small_c64_block",
+    "ferrax_ormqr_small_c128_block",
+];
+
+/// The launch of `ferrax_ormqr_small_<dtype>_block(a: *const T, tau: *const T, c: *mut T,
+/// q: u32, a_cols: u32, k: u32, vectors: u32, batch: u64, left: u32, transpose: u32)`
+/// ([`ormqr_block`]) for Q of order `q ≤` [`BLOCK_MAX_ORDER`] from `k` reflectors acting on
+/// `vectors ≤ 128` vectors of C per matrix (its columns from the left, its rows from the
+/// right), as many matrices per block as fit 128 threads and `max_shared` bytes; `None` past
+/// those (use cuSOLVER) or for `k > q`. `grid == 0` (batch 0) means nothing to launch.
+pub fn ormqr_launch(
+    kind: ScalarKind,
+    q: u32,
+    k: u32,
+    vectors: u32,
+    batch: u64,
+    max_shared: usize,
+) -> Option<LaunchConfig> {
+    if q > BLOCK_MAX_ORDER || vectors > BLOCK_MAX_ORDER || k > q {
+        return None;
+    }
+    let group = ormqr_group(q, k, vectors, kind.bytes());
+    let shared = ormqr_shared_bytes(group, q, k, vectors, kind.bytes());
+    if shared > max_shared {
+        return None;
+    }
+    Some(LaunchConfig {
+        kernel: ORMQR_NAMES[kind.index()],
+        grid: batch.div_ceil(group as u64).min(1 << 20) as u32,
+        block: (group * vectors.max(1)).div_ceil(32) * 32,
+        shared_bytes: shared as u32,
+    })
 }
 
 /// Columns of Q for jax's `qr` of `m×n` matrices: `m` with `full_matrices`, else `min(m, n)`.

@@ -536,6 +536,189 @@ fn block_plans() {
     assert!(orgqr_launch(ScalarKind::F32, 129, 8, 8, 1, HOPPER_SHARED).is_none());
 }
 
+/// `c ← op(Q)·c` or `c·op(Q)` by the ormqr kernel (its plan's block and shared memory, at most
+/// two blocks, so that blocks loop over the batch).
+#[allow(clippy::too_many_arguments)]
+fn run_ormqr<T: QrTest>(
+    a: &[T],
+    a_cols: u32,
+    tau: &[T],
+    k: u32,
+    operands: &[T],
+    q: u32,
+    vectors: u32,
+    batch: u64,
+    left: bool,
+) -> [Vec<T>; 2] {
+    let config = ormqr_launch(T::KIND, q, k, vectors, batch, usize::MAX).unwrap();
+    [false, true].map(|transpose| {
+        let mut out = operands.to_vec();
+        let (pa, pt, pc) = (
+            Ptr(a.as_ptr() as *mut T),
+            Ptr(tau.as_ptr() as *mut T),
+            Ptr(out.as_mut_ptr()),
+        );
+        let flags = (left as u32, transpose as u32);
+        let shared = config.shared_bytes as usize;
+        grid::launch(config.grid.min(2), config.block, shared, move || unsafe {
+            let (a, tau, c) = (pa, pt, pc);
+            ormqr_block::<T>(
+                a.0, tau.0, c.0, q, a_cols, k, vectors, batch, flags.0, flags.1,
+            )
+        });
+        out
+    })
+}
+
+/// `op(Q)·c` (left) or `c·op(Q)` with Q (`q×q`, column-major) formed in full, in complex f64.
+fn multiply_by_q<T: QrTest>(
+    full_q: &[T],
+    operand: &[T],
+    rows: usize,
+    cols: usize,
+    left: bool,
+    transpose: bool,
+) -> Vec<Complex<f64>> {
+    let q = if left { rows } else { cols };
+    let op = |i: usize, j: usize| {
+        if transpose {
+            c(full_q[i * q + j]).conj()
+        } else {
+            c(full_q[j * q + i])
+        }
+    };
+    let mut out = vec![Complex::new(0.0, 0.0); rows * cols];
+    for i in 0..rows {
+        for j in 0..cols {
+            out[j * rows + i] = (0..q)
+                .map(|t| {
+                    if left {
+                        op(i, t) * c(operand[j * rows + t])
+                    } else {
+                        c(operand[t * rows + i]) * op(t, j)
+                    }
+                })
+                .sum();
+        }
+    }
+    out
+}
+
+/// The ormqr kernel against [`orm2r`] bit for bit, every side and `transpose`, and `orm2r`
+/// against Q formed in full by [`org2r`]: reflectors from the reference geqrf of random
+/// `q×a_cols` matrices, `k ≤ min(q, a_cols)` of them (a_cols > k: the kernel skips columns).
+fn ormqr_case<T: QrTest>(seed: u64, q: u32, a_cols: u32, k: u32, vectors: u32, batch: u64) {
+    let (qu, au, ku, vu) = (q as usize, a_cols as usize, k as usize, vectors as usize);
+    let mut rng = Rng(seed);
+    let mut a = rng.matrices::<T>(batch as usize * qu * au);
+    let taus: Vec<T> = a
+        .chunks_mut(qu * au)
+        .flat_map(|x| ref_geqrf(x, qu, au)[..ku].to_vec())
+        .collect();
+    let operands = rng.matrices::<T>(batch as usize * qu * vu);
+    for left in [true, false] {
+        let (rows, cols) = if left { (qu, vu) } else { (vu, qu) };
+        let got = run_ormqr(&a, a_cols, &taus, k, &operands, q, vectors, batch, left);
+        for (transpose, got) in [false, true].into_iter().zip(got) {
+            for b in 0..batch as usize {
+                let what = std::format!(
+                    "{:?} ormqr q={q} a_cols={a_cols} k={k} vectors={vectors} left={left} \
+                     transpose={transpose} matrix {b}",
+                    T::KIND
+                );
+                let (a_b, tau_b) = (&a[b * qu * au..], &taus[b * ku..(b + 1) * ku]);
+                let c_b = &operands[b * qu * vu..(b + 1) * qu * vu];
+                let mut want = c_b.to_vec();
+                orm2r(a_b, qu, tau_b, ku, &mut want, rows, cols, left, transpose);
+                assert_same(&got[b * qu * vu..(b + 1) * qu * vu], &want, &what);
+
+                let mut full_q = vec![T::ZERO; qu * qu];
+                full_q[..qu * ku].copy_from_slice(&a_b[..qu * ku]);
+                org2r(&mut full_q, qu, qu, qu, ku, tau_b);
+                let exact = multiply_by_q(&full_q, c_b, rows, cols, left, transpose);
+                let tol = 60.0 * T::EPS * qu.max(1) as f64;
+                for (e, (w, x)) in want.iter().zip(&exact).enumerate() {
+                    let err = (c(*w) - x).norm_sqr().sqrt();
+                    assert!(err <= tol, "{what}: element {e}: {w:?} vs {x}");
+                }
+            }
+        }
+    }
+}
+
+/// Q of orders 1-128, few vectors (many matrices per block) and many, no reflectors (Q = I),
+/// fewer reflectors than columns of `a`, and a block that loops over the batch.
+fn ormqr_all<T: QrTest>() {
+    for (i, &(q, a_cols, k, vectors, batch)) in [
+        (1u32, 1u32, 1u32, 1u32, 5u64),
+        (4, 4, 4, 3, 70),
+        (8, 8, 8, 8, 40),
+        (6, 6, 0, 5, 3),
+        (12, 9, 9, 1, 300),
+        (16, 20, 16, 16, 9),
+        (33, 40, 20, 17, 9),
+        (70, 50, 50, 100, 3),
+        (128, 128, 128, 128, 1),
+    ]
+    .iter()
+    .enumerate()
+    {
+        ormqr_case::<T>(0x0e3 + i as u64, q, a_cols, k, vectors, batch);
+    }
+}
+
+#[test]
+fn ormqr_f32() {
+    ormqr_all::<f32>();
+}
+
+#[test]
+fn ormqr_f64() {
+    ormqr_all::<f64>();
+}
+
+#[test]
+fn ormqr_c64() {
+    ormqr_all::<Complex<f32>>();
+}
+
+#[test]
+fn ormqr_c128() {
+    ormqr_all::<Complex<f64>>();
+}
+
+#[test]
+fn ormqr_plans() {
+    // A thread per vector of C, as many matrices per block as fill 128 threads within 48 KiB.
+    let o = ormqr_launch(ScalarKind::F32, 8, 8, 8, 16384, HOPPER_SHARED).unwrap();
+    assert_eq!(
+        (o.kernel, o.grid, o.block),
+        ("ferrax_ormqr_small_f32_block", 1024, 128)
+    );
+    let o = ormqr_launch(ScalarKind::F64, 32, 32, 32, 16384, HOPPER_SHARED).unwrap();
+    // 4 matrices take (64·33 + 32)·8·4 = 68 KiB: 2 fit.
+    assert_eq!((o.grid, o.block), (8192, 64));
+    assert_eq!(o.shared_bytes as usize, 2 * (64 * 33 + 32) * 8);
+    let o = ormqr_launch(ScalarKind::C128, 64, 64, 100, 5, HOPPER_SHARED).unwrap();
+    assert_eq!(
+        (o.kernel, o.grid, o.block),
+        ("ferrax_ormqr_small_c128_block", 5, 128)
+    );
+    assert_eq!(o.shared_bytes as usize, (164 * 65 + 64) * 16);
+    // Past the device's shared memory, past 128 or with k > q: cuSOLVER.
+    assert!(ormqr_launch(ScalarKind::C128, 64, 64, 100, 5, ADA_SHARED).is_none());
+    assert!(ormqr_launch(ScalarKind::F64, 128, 128, 128, 1, HOPPER_SHARED).is_none());
+    assert!(ormqr_launch(ScalarKind::F32, 129, 8, 8, 1, HOPPER_SHARED).is_none());
+    assert!(ormqr_launch(ScalarKind::F32, 8, 8, 129, 1, HOPPER_SHARED).is_none());
+    assert!(ormqr_launch(ScalarKind::F32, 8, 9, 8, 1, HOPPER_SHARED).is_none());
+    assert_eq!(
+        ormqr_launch(ScalarKind::F32, 8, 8, 8, 0, HOPPER_SHARED)
+            .unwrap()
+            .grid,
+        0
+    );
+}
+
 #[test]
 fn empty_matrices() {
     let mut a: Vec<f64> = Vec::new();
