@@ -215,7 +215,7 @@ pub fn batched_shared_bytes(per_block: u32, k: u32, size: u32) -> u64 {
 
 /// Most swaps per thread that [`large_kernel`]'s sort holds in registers: enough for every
 /// launch [`launch_config`] makes (1024 threads when `size > 992`, and `k.min(size) + size`
-/// words in [`SHARED_LIMIT`] keep `k.min(size)` under 20480).
+/// words in [`LARGE_SHARED_MAX`] keep `k.min(size)` under 20480).
 const ITEMS: usize = 20;
 
 /// Body of `ferrax_lu_pivots_to_permutation_large`: one matrix per block (`block_dim` a
@@ -519,15 +519,23 @@ pub unsafe fn global_kernel(
 
 /// Dynamic shared memory a block gets without opting in.
 const SHARED_DEFAULT: u64 = 48 << 10;
-/// Dynamic shared memory a block may opt in to on every GPU from the A100 (sm_80) on: the
-/// host sets `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` for launches above 48 KiB.
-const SHARED_LIMIT: u64 = 160 << 10;
+/// Most shared memory [`large_kernel`] takes: its sort holds the swaps of up to
+/// `k.min(size) + size` words in this many bytes ([`ITEMS`] per thread).
+const LARGE_SHARED_MAX: u64 = 160 << 10;
 
 /// The launch of `lu_pivots_to_permutation` for `batch` matrices of `k` pivots and
 /// permutations of length `size`: the batched kernel while 32 matrices fit in 48 KiB of shared
-/// memory, else one block per matrix while it fits in [`SHARED_LIMIT`], else one thread per
-/// matrix in global memory. All three kernels take the same parameters.
-pub fn launch_config(batch: u64, k: u32, size: u32, multiprocessors: u32) -> LaunchConfig {
+/// memory, else one block per matrix while it fits in [`LARGE_SHARED_MAX`] and `max_shared`
+/// bytes (the device's opt-in limit per block: 227 KiB on Hopper, 163 KiB on A100, 99 KiB on
+/// Ada; the host opts in above 48 KiB), else one thread per matrix in global memory. All three kernels take the same
+/// parameters.
+pub fn launch_config(
+    batch: u64,
+    k: u32,
+    size: u32,
+    multiprocessors: u32,
+    max_shared: usize,
+) -> LaunchConfig {
     let blocks = |n: u64| n.clamp(1, 32 * u64::from(multiprocessors.max(1))) as u32;
     for per_block in [128, 64, 32] {
         let shared = batched_shared_bytes(per_block, k, size);
@@ -541,7 +549,7 @@ pub fn launch_config(batch: u64, k: u32, size: u32, multiprocessors: u32) -> Lau
         }
     }
     let shared = large_shared_bytes(k, size);
-    if shared <= SHARED_LIMIT {
+    if shared <= LARGE_SHARED_MAX.min(max_shared as u64) {
         LaunchConfig {
             kernel: "ferrax_lu_pivots_to_permutation_large",
             grid: blocks(batch),
@@ -785,36 +793,42 @@ mod tests {
         }
     }
 
+    /// Hopper's opt-in shared memory per block.
+    const HOPPER_SHARED: usize = 227 << 10;
+
     #[test]
     fn launch_shapes() {
-        let many = launch_config(1 << 20, 32, 32, 132);
+        let many = launch_config(1 << 20, 32, 32, 132, HOPPER_SHARED);
         assert_eq!(
             (many.kernel, many.block, many.shared_bytes),
             ("ferrax_lu_pivots_to_permutation", 128, 8448)
         );
-        let k128 = launch_config(1 << 16, 128, 128, 132);
+        let k128 = launch_config(1 << 16, 128, 128, 132, HOPPER_SHARED);
         assert_eq!((k128.block, k128.shared_bytes), (128, 33792));
-        let words = launch_config(1 << 16, 64, 300, 132);
+        let words = launch_config(1 << 16, 64, 300, 132, HOPPER_SHARED);
         assert_eq!(
             (words.block, words.shared_bytes),
             (32, 4 * (2048 + 64) + 4 * (9600 + 300))
         );
         assert_eq!(many.grid, 132 * 32);
-        let one = launch_config(1, 16384, 16384, 132);
+        let one = launch_config(1, 16384, 16384, 132, HOPPER_SHARED);
         assert_eq!(
             (one.kernel, one.grid, one.block, one.shared_bytes),
             ("ferrax_lu_pivots_to_permutation_large", 1, 1024, 131216)
         );
-        let mid = launch_config(5, 300, 300, 132);
+        // Past the device's opt-in limit (Ada's 99 KiB): the global-memory kernel.
+        let one = launch_config(1, 16384, 16384, 132, 99 << 10);
+        assert_eq!(one.kernel, "ferrax_lu_pivots_to_permutation_global");
+        let mid = launch_config(5, 300, 300, 132, HOPPER_SHARED);
         assert_eq!(
             (mid.kernel, mid.grid, mid.block),
             ("ferrax_lu_pivots_to_permutation_large", 5, 320)
         );
-        let huge = launch_config(2, 30000, 30000, 132);
+        let huge = launch_config(2, 30000, 30000, 132, HOPPER_SHARED);
         assert_eq!(
             (huge.kernel, huge.grid),
             ("ferrax_lu_pivots_to_permutation_global", 1)
         );
-        assert_eq!(launch_config(0, 4, 4, 132).grid, 1);
+        assert_eq!(launch_config(0, 4, 4, 132, HOPPER_SHARED).grid, 1);
     }
 }

@@ -89,7 +89,13 @@ fn pivots_cuda(stream: Stream, pivots: Buffer<'_>, permutation: Buffer<'_>) -> R
     };
     let gpu = GpuStream::adopt(stream)?;
     let batch = batch as u64;
-    let config = ferrax_kernels::pivots::launch_config(batch, k, size, gpu.multiprocessors()?);
+    let config = ferrax_kernels::pivots::launch_config(
+        batch,
+        k,
+        size,
+        gpu.multiprocessors()?,
+        gpu.max_shared_bytes()?,
+    );
     let (pivots, permutation) = (pivots.data_ptr(), permutation.data_ptr());
     let mut params = [
         param(&pivots),
