@@ -219,10 +219,12 @@ pub unsafe fn threefry2x32_bits_kernel<T: Bits, const N: usize>(
             } else {
                 // The group runs into the next key(s).
                 let (mut kj, mut cj) = (k, c);
-                for _ in 0..N {
+                for j in 0..N {
                     quad = push(quad, bits_at(key, cj));
                     cj += 1;
-                    if cj == per_key {
+                    // The next key only while the group has words left: after the last key's
+                    // last word there is no next key to read.
+                    if cj == per_key && j + 1 < N {
                         (kj, cj) = (kj + 1, 0);
                         key = key_at(keys, kj);
                     }
