@@ -269,11 +269,13 @@ def test_installed_cholesky_not_positive_definite_is_nan(gpu, rng):
                                atol=1e-4)
 
 
-# jax's whole cholesky in one ferrax_cholesky call (n <= 32): symmetrized or from the lower
-# triangle alone (the upper one garbage), against stock jax on the same GPU.
+# jax's whole cholesky in one ferrax_cholesky call (n <= 48: lanes kernels, then the block
+# kernel): symmetrized or from the lower triangle alone (the upper one garbage), against stock
+# jax on the same GPU.
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("batch, n", [((1000,), 4), ((300,), 8), ((3, 40), 16), ((257,), 32),
-                                      ((5,), 1), ((0,), 8)], ids=str)
+                                      ((5,), 1), ((0,), 8), ((70,), 33), ((2, 9), 48)],
+                         ids=str)
 def test_installed_fused_cholesky_matches_stock(gpu, dtype, batch, n, rng, random_matrix,
                                                 assert_close):
     a = _spd(rng, batch, n, dtype)

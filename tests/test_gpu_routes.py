@@ -47,9 +47,10 @@ def test_cholesky(installed, dtype, n, ours):
 
 def test_cholesky_past_the_fused_kernels_takes_jax_steps(installed):
     with ferrax._install.ferrax_on_gpu_everywhere():
-        assert cuda_targets(jnp.linalg.cholesky, spec((3, 33, 33), np.float32)) == {"ferrax_potrf"}
-        assert cuda_targets(jnp.linalg.cholesky, spec((3, 32, 32), np.float32)) == {
-            "ferrax_cholesky"}
+        assert cuda_targets(jnp.linalg.cholesky, spec((3, 49, 49), np.float32)) == {"ferrax_potrf"}
+        for n in (32, 33, 48):  # the lanes kernels, then the block kernel
+            assert cuda_targets(jnp.linalg.cholesky, spec((3, n, n), np.complex128)) == {
+                "ferrax_cholesky"}
 
 
 def test_solve_and_det_use_the_small_kernels(installed):

@@ -130,18 +130,20 @@ macro_rules! small_potrf {
 /// jax's whole batched small `cholesky` on row-major matrices: `(a, l, n, batch, symmetrize)`;
 /// `small::cholesky_launch` picks one.
 macro_rules! small_cholesky {
-    ($t:ty: $($name:ident = $w:literal),*) => {$(
+    ($t:ty: $($name:ident = $body:path),*) => {$(
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(
             a: *const $t, l: *mut $t, n: u32, batch: u64, symmetrize: u32,
         ) {
-            crate::small::cholesky_rows::<$t, $w>(a, l, n, batch, symmetrize)
+            $body(a, l, n, batch, symmetrize)
         }
     )*};
 }
 
 mod small_entries {
-    use crate::small::{getrf_block, getrf_rows, potrf_block, potrf_rows};
+    use crate::small::{
+        cholesky_block, cholesky_rows, getrf_block, getrf_rows, potrf_block, potrf_rows,
+    };
     use num_complex::Complex;
     type C64 = Complex<f32>;
     type C128 = Complex<f64>;
@@ -188,14 +190,26 @@ mod small_entries {
         ferrax_potrf_small_c128_w32 = potrf_rows::<C128, 32>,
         ferrax_potrf_small_c128_block = potrf_block::<C128>);
 
-    small_cholesky!(f32: ferrax_cholesky_small_f32_w4 = 4, ferrax_cholesky_small_f32_w8 = 8,
-        ferrax_cholesky_small_f32_w16 = 16, ferrax_cholesky_small_f32_w32 = 32);
-    small_cholesky!(f64: ferrax_cholesky_small_f64_w4 = 4, ferrax_cholesky_small_f64_w8 = 8,
-        ferrax_cholesky_small_f64_w16 = 16, ferrax_cholesky_small_f64_w32 = 32);
-    small_cholesky!(C64: ferrax_cholesky_small_c64_w4 = 4, ferrax_cholesky_small_c64_w8 = 8,
-        ferrax_cholesky_small_c64_w16 = 16, ferrax_cholesky_small_c64_w32 = 32);
-    small_cholesky!(C128: ferrax_cholesky_small_c128_w4 = 4, ferrax_cholesky_small_c128_w8 = 8,
-        ferrax_cholesky_small_c128_w16 = 16, ferrax_cholesky_small_c128_w32 = 32);
+    small_cholesky!(f32: ferrax_cholesky_small_f32_w4 = cholesky_rows::<f32, 4>,
+        ferrax_cholesky_small_f32_w8 = cholesky_rows::<f32, 8>,
+        ferrax_cholesky_small_f32_w16 = cholesky_rows::<f32, 16>,
+        ferrax_cholesky_small_f32_w32 = cholesky_rows::<f32, 32>,
+        ferrax_cholesky_small_f32_block = cholesky_block::<f32>);
+    small_cholesky!(f64: ferrax_cholesky_small_f64_w4 = cholesky_rows::<f64, 4>,
+        ferrax_cholesky_small_f64_w8 = cholesky_rows::<f64, 8>,
+        ferrax_cholesky_small_f64_w16 = cholesky_rows::<f64, 16>,
+        ferrax_cholesky_small_f64_w32 = cholesky_rows::<f64, 32>,
+        ferrax_cholesky_small_f64_block = cholesky_block::<f64>);
+    small_cholesky!(C64: ferrax_cholesky_small_c64_w4 = cholesky_rows::<C64, 4>,
+        ferrax_cholesky_small_c64_w8 = cholesky_rows::<C64, 8>,
+        ferrax_cholesky_small_c64_w16 = cholesky_rows::<C64, 16>,
+        ferrax_cholesky_small_c64_w32 = cholesky_rows::<C64, 32>,
+        ferrax_cholesky_small_c64_block = cholesky_block::<C64>);
+    small_cholesky!(C128: ferrax_cholesky_small_c128_w4 = cholesky_rows::<C128, 4>,
+        ferrax_cholesky_small_c128_w8 = cholesky_rows::<C128, 8>,
+        ferrax_cholesky_small_c128_w16 = cholesky_rows::<C128, 16>,
+        ferrax_cholesky_small_c128_w32 = cholesky_rows::<C128, 32>,
+        ferrax_cholesky_small_c128_block = cholesky_block::<C128>);
 }
 
 /// Batched small Householder QR (`crate::small::qr`): `geqrf` entries `(a, tau, m, n, batch)`,

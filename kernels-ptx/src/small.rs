@@ -925,14 +925,15 @@ pub unsafe fn getrf_block<T: Scalar>(
     }
 }
 
-/// Cholesky of one `n×n` matrix per block (`n ≤ block_dim`), the matrix in shared memory.
-///
-/// # Safety
-/// As [`potrf_rows`], with [`potrf_launch`]'s block launch.
-pub unsafe fn potrf_block<T: Scalar>(a: *mut T, info: *mut i32, n: u32, batch: u64, lower: u32) {
+/// `xPOTF2` of the block's `n×n` matrix in shared memory (column-major, leading dimension
+/// `n + 1`; its lower triangle, or its upper when `!lower`), right-looking: the diagonal by
+/// thread 0, the column scaled a row per thread, the trailing update in 32-row strips.
+/// Returns `info`: 0, or `j + 1` for the first diagonal `j` not positive (or NaN), left as it
+/// was (the rest of the matrix as the failing step found it).
+#[inline(always)]
+unsafe fn potf2_block<T: Scalar>(shared: *mut T, n: u32, lower: bool) -> u32 {
     let (t, nb) = (thread_idx_x(), block_dim_x());
-    let (nn, ld, lower) = (n * n, n as usize + 1, lower != 0);
-    let shared = dynamic_shared::<T>();
+    let ld = n as usize + 1;
     // Element (i, k) of L: (i, k) itself, or conj of (k, i) for upper off the diagonal.
     let at = |i: u32, k: u32| {
         if lower {
@@ -951,53 +952,126 @@ pub unsafe fn potrf_block<T: Scalar>(a: *mut T, info: *mut i32, n: u32, batch: u
     };
     let set = |i: u32, k: u32, v: T| *at(i, k) = if lower || i == k { v } else { v.conj() };
     let (ti, tk, col_step) = (t % 32, t / 32, nb / 32);
+    for j in 0..n {
+        let d = (*at(j, j)).re();
+        sync_threads(); // everyone has read d before it is overwritten
+        let positive = d > <T::Real as Real>::ZERO; // false for NaN too
+        if !positive {
+            // Uniform: every thread read the same d.
+            if t == 0 {
+                *at(j, j) = T::from_real(d);
+            }
+            return j + 1;
+        }
+        let s = d.sqrt();
+        let r = <T::Real as Real>::ONE / s;
+        if t == 0 {
+            *at(j, j) = T::from_real(s);
+        }
+        let i = j + 1 + t;
+        if i < n {
+            set(i, j, get(i, j).scale(r));
+        }
+        sync_threads();
+        let mut k = j + 1 + tk;
+        while k < n {
+            let lk = get(k, j).conj();
+            let mut i = k + ti;
+            while i < n {
+                set(i, k, get(i, k) - get(i, j) * lk);
+                i += 32;
+            }
+            k += col_step;
+        }
+        sync_threads();
+    }
+    0
+}
 
+/// Cholesky of one `n×n` matrix per block (`n ≤ block_dim`), the matrix in shared memory
+/// ([`potf2_block`]).
+///
+/// # Safety
+/// As [`potrf_rows`], with [`potrf_launch`]'s block launch.
+pub unsafe fn potrf_block<T: Scalar>(a: *mut T, info: *mut i32, n: u32, batch: u64, lower: u32) {
+    let nn = n * n;
+    let shared = dynamic_shared::<T>();
     let mut b = block_idx_x() as u64;
     while b < batch {
         let global = a.add((b * nn as u64) as usize);
         stage::<T, true>(global, shared, 1, Staging::column_major(n, n));
         sync_threads();
-        let mut failed_at = 0u32;
-        for j in 0..n {
-            let d = (*at(j, j)).re();
-            sync_threads(); // everyone has read d before it is overwritten
-            let positive = d > <T::Real as Real>::ZERO; // false for NaN too
-            if !positive {
-                // Uniform: every thread read the same d.
-                failed_at = j + 1;
-                if t == 0 {
-                    *at(j, j) = T::from_real(d);
-                }
-                break;
-            }
-            let s = d.sqrt();
-            let r = <T::Real as Real>::ONE / s;
-            if t == 0 {
-                *at(j, j) = T::from_real(s);
-            }
-            let i = j + 1 + t;
-            if i < n {
-                set(i, j, get(i, j).scale(r));
-            }
-            sync_threads();
-            let mut k = j + 1 + tk;
-            while k < n {
-                let lk = get(k, j).conj();
-                let mut i = k + ti;
-                while i < n {
-                    set(i, k, get(i, k) - get(i, j) * lk);
-                    i += 32;
-                }
-                k += col_step;
-            }
-            sync_threads();
-        }
-        if t == 0 {
+        let failed_at = potf2_block(shared, n, lower != 0);
+        if thread_idx_x() == 0 {
             *info.add(b as usize) = failed_at as i32;
         }
         sync_threads();
         stage::<T, false>(global, shared, 1, Staging::column_major(n, n));
         sync_threads();
+        b += grid_dim_x() as u64;
+    }
+}
+
+/// `f(element, i, k)` for each element `(i, k)` on and below the diagonal of the block's
+/// padded `n×n` matrix in shared memory, spread over the block's threads.
+#[inline(always)]
+unsafe fn each_lower<T>(shared: *mut T, n: u32, mut f: impl FnMut(*mut T, u32, u32)) {
+    let (mut e, nb) = (thread_idx_x(), block_dim_x());
+    while e < n * n {
+        let (i, k) = (e % n, e / n);
+        if i >= k {
+            f(shared.add((k * (n + 1) + i) as usize), i, k);
+        }
+        e += nb;
+    }
+}
+
+/// [`cholesky_rows`] with one block per matrix (`n ≤` [`FUSED_CHOLESKY_BLOCK_MAX`]): the
+/// row-major matrix staged in, symmetrized in place (each element on and below the diagonal
+/// from itself and its mirror above, which nothing writes), [`potf2_block`], NaN on and below
+/// the diagonal if it failed, staged out with zeros above the diagonal.
+///
+/// # Safety
+/// As [`cholesky_rows`], with [`cholesky_launch`]'s block launch.
+pub unsafe fn cholesky_block<T: Scalar>(
+    a: *const T,
+    l: *mut T,
+    n: u32,
+    batch: u64,
+    symmetrize: u32,
+) {
+    let (nn, ld) = (n * n, n + 1);
+    let shared = dynamic_shared::<T>();
+    let input = Staging {
+        row_major: true,
+        ..Staging::column_major(n, n)
+    };
+    let out = Staging {
+        keep: Keep::Lower,
+        ..input
+    };
+    let half = <T::Real as Real>::ONE / (<T::Real as Real>::ONE + <T::Real as Real>::ONE);
+    let mut b = block_idx_x() as u64;
+    while b < batch {
+        let offset = (b * nn as u64) as usize;
+        stage::<T, true>(a.add(offset) as *mut T, shared, 1, input);
+        sync_threads();
+        if symmetrize != 0 {
+            // jax's (x + xᴴ) / 2, as the lanes kernels compute it.
+            each_lower(shared, n, |x, i, k| {
+                *x = (*x + (*shared.add((i * ld + k) as usize)).conj()).scale(half)
+            });
+            sync_threads();
+        }
+        let failed = potf2_block(shared, n, true) != 0;
+        sync_threads(); // the failing diagonal's write (thread 0) lands before the NaNs
+        if failed {
+            let nan = T::from_real(<T::Real as Real>::NAN);
+            each_lower(shared, n, |x, _, _| *x = nan);
+        }
+        sync_threads();
+        stage::<T, false>(l.add(offset), shared, 1, out);
+        sync_threads(); // before the next matrix overwrites shared memory
         b += grid_dim_x() as u64;
     }
 }
@@ -1192,14 +1266,20 @@ pub fn potrf_launch(
     })
 }
 
-/// The launch of `ferrax_cholesky_small_<dtype>_<w4|w8|w16|w32>(a: *const T, l: *mut T,
-/// n: u32, batch: u64, symmetrize: u32)` (row-major, jax's whole `cholesky`), or `None` past
-/// 32 (no block kernel: jax's steps and [`potrf_launch`]'s kernels serve those).
+/// The largest order of the fused Cholesky block kernel: its block layout fits every device's
+/// default 48 KiB of shared memory in every dtype (complex128: 38 KiB), so whether the kernel
+/// takes a shape depends on the order alone (`ferrax.install()` routes by it).
+pub const FUSED_CHOLESKY_BLOCK_MAX: u32 = 48;
+
+/// The launch of `ferrax_cholesky_small_<dtype>_<w4|w8|w16|w32|block>(a: *const T,
+/// l: *mut T, n: u32, batch: u64, symmetrize: u32)` (row-major, jax's whole `cholesky`): the
+/// lanes kernels up to 32, the block kernel up to [`FUSED_CHOLESKY_BLOCK_MAX`]; `None` past it
+/// (jax's steps and [`potrf_launch`]'s kernels serve those).
 pub fn cholesky_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig> {
-    let (variant, grid, block, shared) = plan(kind, n, n, batch, None, MAX_SHARED_BYTES)?;
-    if variant == Variant::Block {
+    if n > FUSED_CHOLESKY_BLOCK_MAX {
         return None;
     }
+    let (variant, grid, block, shared) = plan(kind, n, n, batch, None, MAX_SHARED_BYTES)?;
     Some(LaunchConfig {
         kernel: name(&CHOLESKY_NAMES, kind, variant),
         grid,

@@ -151,9 +151,10 @@ def _lu_rule(row_major, jax_prefix):
 
 _lu_cuda = _lu_rule(lambda aval: _ferrax_on_gpu("getrf", aval), "cu")
 
-#: Up to this order jax's whole cholesky on the GPU is one ferrax_cholesky call (its lanes
-#: kernels, which fit every device's default shared memory); larger orders take jax's steps.
-_GPU_FUSED_CHOLESKY_MAX = 32
+#: Up to this order jax's whole cholesky on the GPU is one ferrax_cholesky call (its kernels,
+#: which fit every device's default shared memory in every dtype: FUSED_CHOLESKY_BLOCK_MAX in
+#: kernels-ptx/src/small.rs); larger orders take jax's steps.
+_GPU_FUSED_CHOLESKY_MAX = 48
 
 # ferrax's cholesky_p (what install() makes of jax's cholesky): one call in place of jax's
 # symmetrize, transposes, NaN select and tril, where ferrax takes potrf at all.

@@ -249,8 +249,8 @@ ffi_handler! {
 
 ffi_handler! {
     /// jax's whole `cholesky` on the GPU, on row-major arrays as [`ferrax_cpu_cholesky`]:
-    /// ferrax's lanes kernels, one pass over memory, for orders up to 32 (`install()` sends
-    /// larger matrices through jax's steps, i.e. [`ferrax_cuda_potrf`]).
+    /// ferrax's kernels (lanes up to 32, a block per matrix up to 48), one pass over memory
+    /// (`install()` sends larger matrices through jax's steps, i.e. [`ferrax_cuda_potrf`]).
     pub fn ferrax_cuda_cholesky = FUSED_TARGET;
     ctx stream: Stream;
     arg a: Buffer;
@@ -276,9 +276,10 @@ fn cholesky_cuda(
     let Some(config) =
         n.and_then(|n| ferrax_kernels::small::cholesky_launch(kind, n, shape.batch as u64))
     else {
+        let max = ferrax_kernels::small::FUSED_CHOLESKY_BLOCK_MAX;
         return Err(Error::unimplemented(format!(
-            "{}: on CUDA its kernels take matrices up to 32×32, got {}×{} (jax's cholesky steps \
-             with ferrax_potrf take any order)",
+            "{}: on CUDA its kernels take matrices up to {max}×{max}, got {}×{} (jax's cholesky \
+             steps with ferrax_potrf take any order)",
             FUSED_TARGET.to_string_lossy(),
             shape.rows,
             shape.cols

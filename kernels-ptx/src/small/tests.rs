@@ -584,7 +584,8 @@ fn potrf_all<T: TestScalar>() {
     }
 }
 
-/// jax's whole cholesky (`cholesky_rows`) of the row-major matrices `a`; returns L row-major.
+/// jax's whole cholesky (`cholesky_rows`, or `cholesky_block` on at most two blocks) of the
+/// row-major matrices `a`; returns L row-major.
 fn run_cholesky<T: TestScalar>(
     a: &[T],
     n: u32,
@@ -593,7 +594,12 @@ fn run_cholesky<T: TestScalar>(
     threads: u32,
 ) -> Vec<T> {
     let (variant, grid_dim, block, shared) =
-        plan(T::KIND, n, n, batch, Some(threads), HOPPER_SHARED).unwrap();
+        plan(T::KIND, n, n, batch, Some(threads), MAX_SHARED_BYTES).unwrap();
+    let grid_dim = if variant == Variant::Block {
+        grid_dim.min(2)
+    } else {
+        grid_dim
+    };
     let mut l = vec![T::from_parts(-7.0, 3.0); a.len()];
     let (pa, pl) = (Ptr(a.as_ptr() as *mut T), Ptr(l.as_mut_ptr()));
     let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
@@ -605,14 +611,16 @@ fn run_cholesky<T: TestScalar>(
             Variant::Rows(8) => cholesky_rows::<T, 8>(a.0, l.0, n, batch, symmetrize),
             Variant::Rows(16) => cholesky_rows::<T, 16>(a.0, l.0, n, batch, symmetrize),
             Variant::Rows(32) => cholesky_rows::<T, 32>(a.0, l.0, n, batch, symmetrize),
-            _ => unreachable!("no block kernel for the fused cholesky"),
+            Variant::Block => cholesky_block::<T>(a.0, l.0, n, batch, symmetrize),
+            _ => unreachable!(),
         }
     });
     l
 }
 
 /// The fused kernels against the sequential xPOTF2 of jax's symmetrized lower triangle, bit
-/// for bit: zeros above the diagonal, NaN on and below it for a matrix that fails.
+/// for bit: zeros above the diagonal, NaN on and below it for a matrix that fails. Past 32 the
+/// block kernel (its plan's 64 threads), on two blocks that loop over the batch.
 fn cholesky_fused_all<T: TestScalar>() {
     for (c, &(n, batch, threads)) in [
         (1u32, 3u64, 32u32),
@@ -623,6 +631,8 @@ fn cholesky_fused_all<T: TestScalar>() {
         (16, 2, 32),
         (25, 3, 64),
         (32, 2, 32),
+        (33, 3, 64),
+        (48, 5, 64),
     ]
     .iter()
     .enumerate()
@@ -707,6 +717,27 @@ fn potrf_c128() {
 
 /// Hopper's opt-in shared memory per block.
 const HOPPER_SHARED: usize = 227 << 10;
+
+#[test]
+fn fused_cholesky_plans() {
+    // The block kernel up to 48 in every dtype, within the default shared memory.
+    for kind in [
+        ScalarKind::F32,
+        ScalarKind::F64,
+        ScalarKind::C64,
+        ScalarKind::C128,
+    ] {
+        let chol = cholesky_launch(kind, FUSED_CHOLESKY_BLOCK_MAX, 1000).unwrap();
+        assert!(chol.kernel.ends_with("_block"), "{}", chol.kernel);
+        assert_eq!((chol.grid, chol.block), (1000, 64));
+        assert!(chol.shared_bytes as usize <= MAX_SHARED_BYTES);
+        assert!(cholesky_launch(kind, FUSED_CHOLESKY_BLOCK_MAX + 1, 1).is_none());
+        assert!(cholesky_launch(kind, 32, 1)
+            .unwrap()
+            .kernel
+            .ends_with("_w32"));
+    }
+}
 
 #[test]
 fn plans() {

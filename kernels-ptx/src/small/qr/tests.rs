@@ -668,22 +668,10 @@ fn ormqr_all<T: QrTest>() {
 }
 
 #[test]
-fn ormqr_f32() {
+fn ormqr_all_types() {
     ormqr_all::<f32>();
-}
-
-#[test]
-fn ormqr_f64() {
     ormqr_all::<f64>();
-}
-
-#[test]
-fn ormqr_c64() {
     ormqr_all::<Complex<f32>>();
-}
-
-#[test]
-fn ormqr_c128() {
     ormqr_all::<Complex<f64>>();
 }
 
