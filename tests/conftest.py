@@ -39,6 +39,20 @@ def _tol(dtype, kind: str = "compare") -> dict:
     return {"rtol": rtol, "atol": atol}
 
 
+def pytest_collection_modifyitems(config, items):
+    """``FERRAX_TEST_SHARD=i/n`` keeps every n-th collected test from the i-th (0-based):
+    scripts/gpu-check runs the GPU tests as n processes sharing one device, whose jit
+    compilations would otherwise run one at a time."""
+    shard = os.environ.get("FERRAX_TEST_SHARD")
+    if not shard:
+        return
+    index, count = (int(part) for part in shard.split("/"))
+    if not 0 <= index < count:
+        raise pytest.UsageError(f"FERRAX_TEST_SHARD={shard}: expected i/n with 0 <= i < n")
+    config.hook.pytest_deselected(items=[t for k, t in enumerate(items) if k % count != index])
+    items[:] = [t for k, t in enumerate(items) if k % count == index]
+
+
 @pytest.fixture
 def rng(request) -> np.random.Generator:
     """A generator seeded from the test's id: reproducible, different for every test."""
