@@ -1213,7 +1213,13 @@ const GETRF_NAMES: [[&str; 5]; 4] = names!("getrf");
 const POTRF_NAMES: [[&str; 5]; 4] = names!("potrf");
 const CHOLESKY_NAMES: [[&str; 5]; 4] = names!("cholesky");
 
-fn name(table: &[[&'static str; 5]; 4], kind: ScalarKind, variant: Variant) -> &'static str {
+/// The launch of `plan` (a [`plan`] result: variant, grid, block, shared bytes) of the entry
+/// for `kind` and the variant in `table` (a [`names!`] table).
+fn launch(
+    table: &[[&'static str; 5]; 4],
+    kind: ScalarKind,
+    (variant, grid, block, shared): (Variant, u32, u32, usize),
+) -> LaunchConfig {
     let row = kind.index();
     let col = match variant {
         Variant::Rows(4) => 0,
@@ -1224,7 +1230,12 @@ fn name(table: &[[&'static str; 5]; 4], kind: ScalarKind, variant: Variant) -> &
     };
     debug_assert!(table[row][col].contains(kind_name(kind)));
     debug_assert!(table[row][col].ends_with(variant.suffix()));
-    table[row][col]
+    LaunchConfig {
+        kernel: table[row][col],
+        grid,
+        block,
+        shared_bytes: shared as u32,
+    }
 }
 
 /// The launch of `ferrax_getrf_small_<dtype>_<variant>(src: *const T, a: *mut T, ipiv: *mut i32,
@@ -1240,13 +1251,11 @@ pub fn getrf_launch(
     batch: u64,
     max_shared: usize,
 ) -> Option<LaunchConfig> {
-    let (variant, grid, block, shared) = plan(kind, m, n, batch, None, max_shared)?;
-    Some(LaunchConfig {
-        kernel: name(&GETRF_NAMES, kind, variant),
-        grid,
-        block,
-        shared_bytes: shared as u32,
-    })
+    Some(launch(
+        &GETRF_NAMES,
+        kind,
+        plan(kind, m, n, batch, None, max_shared)?,
+    ))
 }
 
 /// The launch of `ferrax_potrf_small_<dtype>_<variant>(a: *mut T, info: *mut i32, n: u32,
@@ -1257,13 +1266,11 @@ pub fn potrf_launch(
     batch: u64,
     max_shared: usize,
 ) -> Option<LaunchConfig> {
-    let (variant, grid, block, shared) = plan(kind, n, n, batch, None, max_shared)?;
-    Some(LaunchConfig {
-        kernel: name(&POTRF_NAMES, kind, variant),
-        grid,
-        block,
-        shared_bytes: shared as u32,
-    })
+    Some(launch(
+        &POTRF_NAMES,
+        kind,
+        plan(kind, n, n, batch, None, max_shared)?,
+    ))
 }
 
 /// The largest order of the fused Cholesky block kernel: its block layout fits every device's
@@ -1279,13 +1286,8 @@ pub fn cholesky_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchCon
     if n > FUSED_CHOLESKY_BLOCK_MAX {
         return None;
     }
-    let (variant, grid, block, shared) = plan(kind, n, n, batch, None, MAX_SHARED_BYTES)?;
-    Some(LaunchConfig {
-        kernel: name(&CHOLESKY_NAMES, kind, variant),
-        grid,
-        block,
-        shared_bytes: shared as u32,
-    })
+    let plan = plan(kind, n, n, batch, None, MAX_SHARED_BYTES)?;
+    Some(launch(&CHOLESKY_NAMES, kind, plan))
 }
 
 pub mod eigh;

@@ -1,7 +1,10 @@
 //! `potrf`: Cholesky factorization, jaxlib's `lapack_?potrf_ffi` contract: column-major
 //! `[..., n, n]` in, the factor in the `uplo` triangle (aliasing the input; the other triangle
 //! keeps the input) and S32 `info` `[...]` out. Attribute `uplo`: u8 'L' or 'U'. The CUDA
-//! handler takes the same contract (jaxlib's `cusolver_potrf_ffi` has a `lower` flag instead).
+//! handler takes the same contract (jaxlib's `cusolver_potrf_ffi` has a `lower` flag instead),
+//! except that past ferrax's kernels, for more than one matrix, cuSOLVER's `potrfBatched` uses
+//! the other triangle as workspace (as in jaxlib's target; jax reads the factor's triangle
+//! only).
 
 use crate::cuda::cusolver::{Dense, Fill, Solver};
 use crate::cuda::param;
@@ -353,8 +356,9 @@ fn potrf_cuda(
 }
 
 /// Cholesky of the batch (`dims`: n and the batch) in place in `factor`: cuSOLVER's
-/// `potrfBatched` for more than one matrix (one call, no workspace; 10-40× a loop of `potrf`
-/// for 16-256 matrices of order 32-512 in MLX's and PyTorch's measurements), `potrf` for one.
+/// `potrfBatched` for more than one matrix (one call, no workspace but the other triangle,
+/// which it overwrites; 10-40× a loop of `potrf` for 16-256 matrices of order 32-512 in MLX's
+/// and PyTorch's measurements), `potrf` for one.
 fn potrf_library<T: Dense>(
     library: GpuLibrary<'_>,
     shape: MatrixBatch,

@@ -14,8 +14,8 @@
 //! order ([`geqrf_block`], [`orgqr_block`]).
 
 use super::{
-    dynamic_shared, lane_group, padded_bytes, shfl, stage, Keep, LaneGroup, Real, Scalar, Staging,
-    Variant, MAX_SHARED_BYTES,
+    dynamic_shared, lane_group, launch, padded_bytes, shfl, stage, Keep, LaneGroup, Real, Scalar,
+    Staging, Variant, MAX_SHARED_BYTES,
 };
 use crate::grid::{block_dim_x, block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::launch::{LaunchConfig, ScalarKind};
@@ -1077,7 +1077,7 @@ pub unsafe fn qr_block<T: QrScalar>(
 /// many threads.
 pub const BLOCK_MAX_ORDER: u32 = 128;
 
-/// `(grid, block, shared bytes)` of the block kernels for `m×n` matrices, or `None` past
+/// `(Variant::Block, grid, block, shared bytes)` of the block kernels for `m×n` matrices, or `None` past
 /// [`BLOCK_MAX_ORDER`] or past `max_shared` bytes of shared memory (the device's opt-in limit
 /// per block: 227 KiB on Hopper, 163 KiB on A100, 99 KiB on Ada), which then leave the
 /// matrices to the libraries.
@@ -1087,7 +1087,7 @@ pub fn block_plan(
     n: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<(u32, u32, usize)> {
+) -> Option<(Variant, u32, u32, usize)> {
     if m.max(n) > BLOCK_MAX_ORDER {
         return None;
     }
@@ -1099,10 +1099,10 @@ pub fn block_plan(
     }
     let threads = n.max(1).div_ceil(32) * 32;
     // The kernels loop over the batch, so the grid can be capped.
-    Some((batch.min(1 << 20) as u32, threads, shared))
+    Some((Variant::Block, batch.min(1 << 20) as u32, threads, shared))
 }
 
-/// `(W, grid, block, shared bytes)` of the QR kernels for `m×n` matrices, `threads` per block
+/// `(Variant::Rows(W), grid, block, shared bytes)` of the QR kernels for `m×n` matrices, `threads` per block
 /// (`None`: 128, fewer while the staged matrices exceed 48 KiB). The host emulation needs
 /// [`super::HOST_EXCHANGE_BYTES_PER_THREAD`] more shared bytes per thread.
 pub fn plan(
@@ -1111,8 +1111,8 @@ pub fn plan(
     n: u32,
     batch: u64,
     threads: Option<u32>,
-) -> Option<(u32, u32, u32, usize)> {
-    let Variant::Rows(w) = Variant::for_size(m.max(n))? else {
+) -> Option<(Variant, u32, u32, usize)> {
+    let variant @ Variant::Rows(w) = Variant::for_size(m.max(n))? else {
         return None;
     };
     let size = kind.bytes();
@@ -1127,93 +1127,17 @@ pub fn plan(
     let grid = u32::try_from(batch.div_ceil((threads / w) as u64))
         .ok()
         .filter(|&g| g <= i32::MAX as u32)?;
-    Some((w, grid, threads, shared))
+    Some((variant, grid, threads, shared))
 }
 
-macro_rules! names {
-    ($op:literal) => {
-        [
-            [
-                concat!("ferrax_", $op, "_small_f32_w4"),
-                concat!("ferrax_", $op, "_small_f32_w8"),
-                concat!("ferrax_", $op, "_small_f32_w16"),
-                concat!("ferrax_", $op, "_small_f32_w32"),
-            ],
-            [
-                concat!("ferrax_", $op, "_small_f64_w4"),
-                concat!("ferrax_", $op, "_small_f64_w8"),
-                concat!("ferrax_", $op, "_small_f64_w16"),
-                concat!("ferrax_", $op, "_small_f64_w32"),
-            ],
-            [
-                concat!("ferrax_", $op, "_small_c64_w4"),
-                concat!("ferrax_", $op, "_small_c64_w8"),
-                concat!("ferrax_", $op, "_small_c64_w16"),
-                concat!("ferrax_", $op, "_small_c64_w32"),
-            ],
-            [
-                concat!("ferrax_", $op, "_small_c128_w4"),
-                concat!("ferrax_", $op, "_small_c128_w8"),
-                concat!("ferrax_", $op, "_small_c128_w16"),
-                concat!("ferrax_", $op, "_small_c128_w32"),
-            ],
-        ]
-    };
-}
-const GEQRF_NAMES: [[&str; 4]; 4] = names!("geqrf");
-const ORGQR_NAMES: [[&str; 4]; 4] = names!("orgqr");
-const QR_NAMES: [[&str; 4]; 4] = names!("qr");
-
-fn launch(
-    table: &[[&'static str; 4]; 4],
-    kind: ScalarKind,
-    plan: (u32, u32, u32, usize),
-) -> LaunchConfig {
-    let (w, grid, block, shared) = plan;
-    LaunchConfig {
-        kernel: table[kind.index()][w.trailing_zeros() as usize - 2],
-        grid,
-        block,
-        shared_bytes: shared as u32,
-    }
-}
+const GEQRF_NAMES: [[&str; 5]; 4] = names!("geqrf");
+const ORGQR_NAMES: [[&str; 5]; 4] = names!("orgqr");
+const QR_NAMES: [[&str; 5]; 4] = names!("qr");
 
 /// Whether a geqrf entry exists for the size: none for c128 above 16 (at `W = 32` the kernel
 /// needs more than 255 registers).
 fn geqrf_has_kernel(kind: ScalarKind, m: u32, n: u32) -> bool {
     kind != ScalarKind::C128 || m.max(n) <= 16
-}
-
-const GEQRF_BLOCK_NAMES: [&str; 4] = [
-    "ferrax_geqrf_small_f32_block",
-    "ferrax_geqrf_small_f64_block",
-    "ferrax_geqrf_small_c64_block",
-    "ferrax_geqrf_small_c128_block",
-];
-const ORGQR_BLOCK_NAMES: [&str; 4] = [
-    "ferrax_orgqr_small_f32_block",
-    "ferrax_orgqr_small_f64_block",
-    "ferrax_orgqr_small_c64_block",
-    "ferrax_orgqr_small_c128_block",
-];
-const QR_BLOCK_NAMES: [&str; 4] = [
-    "ferrax_qr_small_f32_block",
-    "ferrax_qr_small_f64_block",
-    "ferrax_qr_small_c64_block",
-    "ferrax_qr_small_c128_block",
-];
-
-fn block_launch(
-    names: &[&'static str; 4],
-    kind: ScalarKind,
-    (grid, block, shared): (u32, u32, usize),
-) -> LaunchConfig {
-    LaunchConfig {
-        kernel: names[kind.index()],
-        grid,
-        block,
-        shared_bytes: shared as u32,
-    }
 }
 
 /// The launch of `ferrax_geqrf_small_<dtype>_<w4|w8|w16|w32|block>(a: *mut T, tau: *mut T,
@@ -1232,8 +1156,11 @@ pub fn geqrf_launch(
             return Some(launch(&GEQRF_NAMES, kind, lanes));
         }
     }
-    let block = block_plan(kind, m, n, batch, max_shared)?;
-    Some(block_launch(&GEQRF_BLOCK_NAMES, kind, block))
+    Some(launch(
+        &GEQRF_NAMES,
+        kind,
+        block_plan(kind, m, n, batch, max_shared)?,
+    ))
 }
 
 /// The launch of `ferrax_orgqr_small_<dtype>_<w4|w8|w16|w32|block>(a: *mut T, tau: *const T,
@@ -1253,8 +1180,11 @@ pub fn orgqr_launch(
     if let Some(lanes) = plan(kind, m, n, batch, None) {
         return Some(launch(&ORGQR_NAMES, kind, lanes));
     }
-    let block = block_plan(kind, m, n, batch, max_shared)?;
-    Some(block_launch(&ORGQR_BLOCK_NAMES, kind, block))
+    Some(launch(
+        &ORGQR_NAMES,
+        kind,
+        block_plan(kind, m, n, batch, max_shared)?,
+    ))
 }
 
 const ORMQR_NAMES: [&str; 4] = [
@@ -1322,8 +1252,11 @@ pub fn qr_launch(
             return Some(launch(&QR_NAMES, kind, lanes));
         }
     }
-    let block = block_plan(kind, m, cols, batch, max_shared)?;
-    Some(block_launch(&QR_BLOCK_NAMES, kind, block))
+    Some(launch(
+        &QR_NAMES,
+        kind,
+        block_plan(kind, m, cols, batch, max_shared)?,
+    ))
 }
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]

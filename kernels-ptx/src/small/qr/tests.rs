@@ -12,7 +12,7 @@ impl<T: TestScalar + QrScalar> QrTest for T {}
 
 /// Runs the block kernel on a grid of at most two blocks (so that blocks loop over the batch).
 fn run_block(m: u32, n: u32, batch: u64, kind: ScalarKind, body: impl Fn() + Sync) {
-    let (grid_dim, block, shared) = block_plan(kind, m, n, batch, usize::MAX).unwrap();
+    let (_, grid_dim, block, shared) = block_plan(kind, m, n, batch, usize::MAX).unwrap();
     grid::launch(grid_dim.min(2), block, shared, body);
 }
 
@@ -23,7 +23,7 @@ fn run_geqrf<T: QrTest>(a: &mut [T], m: u32, n: u32, batch: u64, threads: u32) -
     let (pa, pt) = (Ptr(a.as_mut_ptr()), Ptr(tau.as_mut_ptr()));
     let lanes =
         plan(T::KIND, m, n, batch, Some(threads)).filter(|_| geqrf_has_kernel(T::KIND, m, n));
-    let Some((w, grid_dim, block, shared)) = lanes else {
+    let Some((Variant::Rows(w), grid_dim, block, shared)) = lanes else {
         run_block(m, n, batch, T::KIND, move || unsafe {
             let (a, tau) = (pa, pt);
             geqrf_block::<T>(a.0, tau.0, m, n, batch)
@@ -46,7 +46,9 @@ fn run_geqrf<T: QrTest>(a: &mut [T], m: u32, n: u32, batch: u64, threads: u32) -
 
 fn run_orgqr<T: QrTest>(a: &mut [T], tau: &[T], m: u32, n: u32, k: u32, batch: u64, threads: u32) {
     let (pa, pt) = (Ptr(a.as_mut_ptr()), Ptr(tau.as_ptr() as *mut T));
-    let Some((w, grid_dim, block, shared)) = plan(T::KIND, m, n, batch, Some(threads)) else {
+    let Some((Variant::Rows(w), grid_dim, block, shared)) =
+        plan(T::KIND, m, n, batch, Some(threads))
+    else {
         run_block(m, n, batch, T::KIND, move || unsafe {
             let (a, tau) = (pa, pt);
             orgqr_block::<T>(a.0, tau.0, m, n, k, batch)
@@ -89,11 +91,7 @@ fn run_qr<T: QrTest>(
     let lanes =
         plan(T::KIND, m, cols, batch, Some(threads)).filter(|_| geqrf_has_kernel(T::KIND, m, n));
     match lanes {
-        None => run_block(m, cols, batch, T::KIND, move || unsafe {
-            let (a, q, r) = (pa, pq, pr);
-            qr_block::<T>(a.0, q.0, r.0, m, n, batch, full)
-        }),
-        Some((w, grid_dim, block, shared)) => {
+        Some((Variant::Rows(w), grid_dim, block, shared)) => {
             let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
             grid::launch(grid_dim, block, scratch, move || unsafe {
                 let (a, q, r) = (pa, pq, pr);
@@ -106,6 +104,10 @@ fn run_qr<T: QrTest>(
                 }
             })
         }
+        _ => run_block(m, cols, batch, T::KIND, move || unsafe {
+            let (a, q, r) = (pa, pq, pr);
+            qr_block::<T>(a.0, q.0, r.0, m, n, batch, full)
+        }),
     }
     (q, r)
 }
