@@ -527,8 +527,8 @@ const LARGE_SHARED_MAX: u64 = 160 << 10;
 /// permutations of length `size`: the batched kernel while 32 matrices fit in 48 KiB of shared
 /// memory, else one block per matrix while it fits in [`LARGE_SHARED_MAX`] and `max_shared`
 /// bytes (the device's opt-in limit per block: 227 KiB on Hopper, 163 KiB on A100, 99 KiB on
-/// Ada; the host opts in above 48 KiB), else one thread per matrix in global memory. All three kernels take the same
-/// parameters.
+/// Ada; the host opts in above 48 KiB), else one thread per matrix in global memory. All
+/// three kernels take the same parameters.
 pub fn launch_config(
     batch: u64,
     k: u32,

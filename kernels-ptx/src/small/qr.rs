@@ -367,16 +367,35 @@ pub fn larf_row<T: QrScalar>(v: &[T], tau: T, x: &mut [T], stride: usize) {
     }
 }
 
-/// Whether `xORM2R`/`xUNM2R` applies the reflectors first to last (`Qᴴ·C` and `C·Q`) rather
-/// than last to first (`Q·C` and `C·Qᴴ`).
-const fn orm2r_forward(left: bool, transpose: bool) -> bool {
-    left == transpose
+/// `xORM2R`/`xUNM2R`'s loop on one vector of C (element `r` at `x[r·stride]`): a column
+/// (`left`, contiguous: `stride` 1) or a row, given `reflector(i)`, reflector `i` from its
+/// diagonal down (`v`, the diagonal not read) and its `tau`. The reflectors go first to last
+/// for `Qᴴ·C` and `C·Q`, last to first for `Q·C` and `C·Qᴴ`, with `conj(tau)` for `Qᴴ`.
+pub fn orm2r_vector<'a, T: QrScalar + 'a>(
+    x: &mut [T],
+    stride: usize,
+    k: usize,
+    left: bool,
+    transpose: bool,
+    reflector: impl Fn(usize) -> (&'a [T], T),
+) {
+    for s in 0..k {
+        let i = if left == transpose { s } else { k - 1 - s };
+        let (v, tau) = reflector(i);
+        let tau = if transpose { tau.conj() } else { tau };
+        if left {
+            larf(v, tau, &mut x[i..]);
+        } else {
+            larf_row(v, tau, &mut x[i * stride..], stride);
+        }
+    }
 }
 
 /// `xORM2R`/`xUNM2R` on one column-major `m×n` matrix `c` (leading dimension `m`): `op(Q)·c`
 /// (`left`) or `c·op(Q)`, `op(Q) = Qᴴ` when `transpose`, with `Q = H(0)⋯H(k-1)` from the
 /// `k` reflectors in the columns of `a` (leading dimension `lda ≥` Q's order, `m` or `n`; rows
-/// on and above each diagonal not read) and their `tau`, as the GPU kernels compute it.
+/// on and above each diagonal not read) and their `tau`, as the GPU kernels compute it
+/// ([`orm2r_vector`] on each column or row).
 ///
 /// # Panics
 /// If a slice is too short.
@@ -393,22 +412,14 @@ pub fn orm2r<T: QrScalar>(
     transpose: bool,
 ) {
     let order = if left { m } else { n };
-    for s in 0..k {
-        let i = if orm2r_forward(left, transpose) {
-            s
-        } else {
-            k - 1 - s
-        };
-        let t = if transpose { tau[i].conj() } else { tau[i] };
-        let v = &a[i * lda + i..i * lda + order];
-        if left {
-            for col in c.chunks_exact_mut(m).take(n) {
-                larf(v, t, &mut col[i..]);
-            }
-        } else {
-            for row in 0..m {
-                larf_row(v, t, &mut c[i * m + row..], m);
-            }
+    let reflector = |i: usize| (&a[i * lda + i..i * lda + order], tau[i]);
+    if left {
+        for col in c.chunks_exact_mut(m).take(n) {
+            orm2r_vector(col, 1, k, left, transpose, reflector);
+        }
+    } else {
+        for row in 0..m {
+            orm2r_vector(&mut c[row..], m, k, left, transpose, reflector);
         }
     }
 }
@@ -979,10 +990,10 @@ pub unsafe fn ormqr_block<T: QrScalar>(
         ..staging(q, vectors, q)
     };
     let (g, j) = (t / vectors.max(1), t % vectors.max(1));
+    let a_len = q as usize * a_cols as usize;
     let mut first = block_idx_x() as u64 * group as u64;
     while first < batch {
         let count = (batch - first).min(group as u64) as u32;
-        let a_len = q as usize * a_cols as usize;
         let a_first = a.add(first as usize * a_len) as *mut T;
         if a_cols == k {
             stage::<T, true>(a_first, reflectors, count, staging(q, k, q));
@@ -1004,21 +1015,10 @@ pub unsafe fn ormqr_block<T: QrScalar>(
         sync_threads();
         if g < count {
             let x = shared_column(vecs, ldq, q, g * vectors + j);
-            for s in 0..k {
-                let i = if orm2r_forward(left, transpose) {
-                    s
-                } else {
-                    k - 1 - s
-                };
-                let ti = *taus.add((g * k + i) as usize);
-                let ti = if transpose { ti.conj() } else { ti };
-                let v = &shared_column(reflectors, ldq, q, g * k + i)[i as usize..];
-                if left {
-                    larf(v, ti, &mut x[i as usize..]);
-                } else {
-                    larf_row(v, ti, &mut x[i as usize..], 1);
-                }
-            }
+            orm2r_vector(x, 1, k as usize, left, transpose, |i| {
+                let column = shared_column(reflectors, ldq, q, g * k + i as u32);
+                (&column[i..], *taus.add((g * k) as usize + i))
+            });
         }
         sync_threads();
         stage::<T, false>(global, vecs, count, c_staging);
@@ -1077,10 +1077,10 @@ pub unsafe fn qr_block<T: QrScalar>(
 /// many threads.
 pub const BLOCK_MAX_ORDER: u32 = 128;
 
-/// `(Variant::Block, grid, block, shared bytes)` of the block kernels for `m×n` matrices, or `None` past
-/// [`BLOCK_MAX_ORDER`] or past `max_shared` bytes of shared memory (the device's opt-in limit
-/// per block: 227 KiB on Hopper, 163 KiB on A100, 99 KiB on Ada), which then leave the
-/// matrices to the libraries.
+/// `(Variant::Block, grid, block, shared bytes)` of the block kernels for `m×n` matrices, or
+/// `None` past [`BLOCK_MAX_ORDER`] or past `max_shared` bytes of shared memory (the device's
+/// opt-in limit per block: 227 KiB on Hopper, 163 KiB on A100, 99 KiB on Ada), which then
+/// leave the matrices to the libraries.
 pub fn block_plan(
     kind: ScalarKind,
     m: u32,
@@ -1102,9 +1102,9 @@ pub fn block_plan(
     Some((Variant::Block, batch.min(1 << 20) as u32, threads, shared))
 }
 
-/// `(Variant::Rows(W), grid, block, shared bytes)` of the QR kernels for `m×n` matrices, `threads` per block
-/// (`None`: 128, fewer while the staged matrices exceed 48 KiB). The host emulation needs
-/// [`super::HOST_EXCHANGE_BYTES_PER_THREAD`] more shared bytes per thread.
+/// `(Variant::Rows(W), grid, block, shared bytes)` of the QR kernels for `m×n` matrices,
+/// `threads` per block (`None`: 128, fewer while the staged matrices exceed 48 KiB). The host
+/// emulation needs [`super::HOST_EXCHANGE_BYTES_PER_THREAD`] more shared bytes per thread.
 pub fn plan(
     kind: ScalarKind,
     m: u32,
