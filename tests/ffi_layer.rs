@@ -873,12 +873,12 @@ fn parallel_body(
         hits[i].fetch_add(1, Ordering::Relaxed);
     };
     if chunk == 0 {
-        pool.parallel_for(n, &|i| {
+        ferrax::linalg::parallel::parallel_for(&pool, n, &|i| {
             visit(i);
             Ok(())
         })?;
     } else {
-        pool.parallel_chunks(n, chunk as usize, &|range| {
+        ferrax::linalg::parallel::parallel_chunks(&pool, n, chunk as usize, &|range| {
             range.for_each(visit);
             Ok(())
         })?;
@@ -939,7 +939,7 @@ fn metadata_handshake_answers_without_touching_the_rest_of_the_frame() {
         ),
         (test_panic, 0),
         (ferrax::ops::threefry::ferrax_cpu_threefry2x32, 0),
-        (ferrax::ops::getrf::ferrax_cpu_getrf, 0),
+        (ferrax::ops::getrf::cpu::ferrax_cpu_getrf, 0),
     ];
     for (handler, traits) in handlers {
         // SAFETY: all-zero is a valid bit pattern for these C structs; then garbage on purpose.
@@ -1336,15 +1336,15 @@ fn getrf_frame<T: NativeType + Default>(ctx: &FakeCtx, batch: i64, n: i64) -> Fr
 
 #[test]
 fn getrf_without_lapack_is_a_failed_precondition() {
-    // This test binary never fills the LAPACK table.
+    // This test binary never fills the LAPACK table; matrices past 16×16 go to LAPACK.
     let ctx = FakeCtx::new(PoolMode::Threads(2));
     for (outcome, routine) in [
         (
-            getrf_frame::<f64>(&ctx, 2, 3).call(ferrax::ops::getrf::ferrax_cpu_getrf),
+            getrf_frame::<f64>(&ctx, 2, 20).call(ferrax::ops::getrf::cpu::ferrax_cpu_getrf),
             "dgetrf",
         ),
         (
-            getrf_frame::<f32>(&ctx, 1, 4).call(ferrax::ops::getrf::ferrax_cpu_getrf),
+            getrf_frame::<f32>(&ctx, 1, 17).call(ferrax::ops::getrf::cpu::ferrax_cpu_getrf),
             "sgetrf",
         ),
     ] {
@@ -1356,14 +1356,14 @@ fn getrf_without_lapack_is_a_failed_precondition() {
     }
     // An empty batch needs no LAPACK.
     getrf_frame::<f64>(&ctx, 0, 3)
-        .call(ferrax::ops::getrf::ferrax_cpu_getrf)
+        .call(ferrax::ops::getrf::cpu::ferrax_cpu_getrf)
         .expect("empty batch");
 }
 
 #[test]
 fn getrf_rejects_integer_input() {
     let ctx = FakeCtx::new(PoolMode::NoPool);
-    let outcome = getrf_frame::<i32>(&ctx, 2, 3).call(ferrax::ops::getrf::ferrax_cpu_getrf);
+    let outcome = getrf_frame::<i32>(&ctx, 2, 3).call(ferrax::ops::getrf::cpu::ferrax_cpu_getrf);
     assert_error(
         outcome,
         INVALID_ARGUMENT,

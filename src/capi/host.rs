@@ -6,8 +6,6 @@ use crate::ffi::sys::*;
 use crate::ffi::DataType;
 use std::ffi::{c_void, CStr, CString};
 use std::ptr;
-use std::sync::mpsc::{channel, Sender};
-use std::sync::{Mutex, OnceLock};
 
 /// One operand or result: element type, logical dims and (column-major) data.
 pub(crate) struct BufferArg {
@@ -145,68 +143,19 @@ unsafe extern "C" fn destroy_error(args: *mut XLA_FFI_Error_Destroy_Args) {
     drop(Box::from_raw((*args).error as *mut CString));
 }
 
-/// The worker threads behind `ThreadPool_Schedule`: one fewer than the cores, since the
-/// handlers' calling thread works too.
-struct Pool {
-    workers: usize,
-    jobs: Mutex<Sender<(XLA_FFI_Task, usize)>>,
-}
-
-fn pool() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
-        let (sender, receiver) = channel::<(XLA_FFI_Task, usize)>();
-        let receiver = std::sync::Arc::new(Mutex::new(receiver));
-        for index in 0..workers {
-            let receiver = receiver.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("ferrax-{index}"))
-                .spawn(move || loop {
-                    // The lock is released before the task runs, so that workers run in parallel.
-                    let job = match receiver.lock() {
-                        Ok(jobs) => jobs.recv(),
-                        Err(_) => return,
-                    };
-                    let Ok((task, data)) = job else { return };
-                    // SAFETY: `task(data)` is what the handler scheduled.
-                    unsafe { task(data as *mut c_void) };
-                });
-            if spawned.is_err() {
-                return Pool {
-                    workers: index,
-                    jobs: Mutex::new(sender),
-                };
-            }
-        }
-        Pool {
-            workers,
-            jobs: Mutex::new(sender),
-        }
-    })
-}
-
 unsafe extern "C" fn schedule(args: *mut XLA_FFI_ThreadPool_Schedule_Args) -> *mut XLA_FFI_Error {
-    let (Some(task), pool) = ((*args).task, pool()) else {
-        return no_pool();
-    };
-    let sent = pool.workers > 0
-        && pool
-            .jobs
-            .lock()
-            .map(|jobs| jobs.send((task, (*args).data as usize)).is_ok())
-            .unwrap_or(false);
-    if sent {
-        ptr::null_mut()
-    } else {
-        no_pool()
+    use crate::linalg::parallel::Pool;
+    match (*args).task {
+        Some(task) if super::pool::workers().schedule(task, (*args).data) => ptr::null_mut(),
+        _ => no_pool(),
     }
 }
 
 unsafe extern "C" fn num_threads(
     args: *mut XLA_FFI_ThreadPool_NumThreads_Args,
 ) -> *mut XLA_FFI_Error {
-    *(*args).num_threads = pool().workers.max(1) as i64;
+    use crate::linalg::parallel::Pool;
+    *(*args).num_threads = super::pool::workers().threads() as i64;
     ptr::null_mut()
 }
 

@@ -10,7 +10,10 @@
 
 use super::host::{self, AttrValue, BufferArg};
 use crate::ffi::{DataType, NativeType};
+use crate::linalg::matrix::{Batch, InOut, Layout};
+use crate::linalg::{getrf, LapackScalar};
 use crate::ops::{self, Scalar};
+use super::pool::workers;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
 use std::cell::RefCell;
@@ -119,6 +122,17 @@ impl<T: Copy + Default> Matrices<T> {
         self.batch * self.rows * self.cols
     }
 
+    /// The batch as the cores take it, where the caller keeps it.
+    fn view(&self) -> Batch<T> {
+        let layout = if self.row_major {
+            Layout::RowMajor
+        } else {
+            Layout::ColumnMajor
+        };
+        // SAFETY: `new` checked the pointer; the caller promised `ld` and the batch.
+        unsafe { Batch::with_ld(self.data, [self.batch, self.rows, self.cols], layout, self.ld) }
+    }
+
     fn dims(&self) -> Vec<i64> {
         vec![self.batch as i64, self.rows as i64, self.cols as i64]
     }
@@ -151,6 +165,25 @@ impl<T: Copy + Default> Matrices<T> {
             unsafe { *self.data.add(self.offset(index)) = value };
         }
     }
+}
+
+/// The caller's contiguous array `name` of `len` elements, for a result.
+///
+/// # Safety
+/// `data` is null or points to `len` writable elements that nothing else touches meanwhile.
+unsafe fn output<'a, T>(name: &str, data: *mut T, len: usize) -> Result<&'a mut [T]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if data.is_null() {
+        return Err(format!("{name} is null"));
+    }
+    Ok(std::slice::from_raw_parts_mut(data, len))
+}
+
+/// A core's result as the C ABI reports it.
+fn core(result: crate::error::Result<()>) -> Result<()> {
+    result.map_err(|error| error.message)
 }
 
 /// A plain contiguous output array of `len` elements; a null pointer is allowed only when
@@ -196,7 +229,7 @@ fn int_buffer(dims: Vec<i64>, data: *mut i32) -> BufferArg {
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn getrf<T: Scalar>(
+pub(crate) unsafe fn getrf<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     m: i32,
@@ -211,24 +244,10 @@ pub(crate) unsafe fn getrf<T: Scalar>(
         size("m", m.into())?,
         size("n", n.into())?,
     );
-    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
-    let k = m.min(n);
-    let ipiv = Output::new("ipiv", ipiv, batch * k, false)?;
-    let info = Output::new("info", info, batch, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    host::call(
-        ops::getrf::ferrax_cpu_getrf,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            int_buffer(vec![batch as i64, k as i64], ipiv.data),
-            int_buffer(vec![batch as i64], info.data),
-        ],
-        &[],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?.view();
+    let ipiv = output("ipiv", ipiv, batch * m.min(n))?;
+    let info = output("info", info, batch)?;
+    core(getrf::getrf(workers(), InOut::in_place(a), ipiv, info))
 }
 
 pub(crate) unsafe fn potrf<T: Scalar>(

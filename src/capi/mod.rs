@@ -5,6 +5,7 @@ pub mod catalyst;
 mod host;
 mod lapack;
 pub mod linalg;
+mod pool;
 mod targets;
 
 pub use targets::{ferrax_targets, FerraxTarget};

@@ -3,6 +3,7 @@
 
 use super::dtype::{DataType, NativeType};
 use super::sys::*;
+use crate::linalg::flags::Flag;
 use std::fmt;
 
 /// One attribute as XLA sent it.
@@ -118,8 +119,7 @@ impl<'a> Attrs<'a> {
                 "missing attribute '{name}' (expected {})",
                 T::EXPECTED
             )),
-            Some(attr) => T::from_attr(attr)
-                .ok_or_else(|| format!("attribute '{name}': expected {}, got {attr}", T::EXPECTED)),
+            Some(attr) => T::from_attr(attr).map_err(|why| format!("attribute '{name}': {why}")),
         }
     }
 }
@@ -128,19 +128,34 @@ impl<'a> Attrs<'a> {
 /// (a Python `int` arrives as s64, `np.uint8` as u8, `bool` as pred).
 pub trait FromAttr<'a>: Sized {
     const EXPECTED: &'static str;
-    fn from_attr(attr: Attr<'a>) -> Option<Self>;
+    /// The value, or what was expected instead of `attr` ("expected ..., got ...").
+    fn from_attr(attr: Attr<'a>) -> Result<Self, String>;
+}
+
+/// The error of an attribute of another kind than `T` takes.
+fn other_kind<'a, T: FromAttr<'a>>(attr: Attr<'a>) -> String {
+    format!("expected {}, got {attr}", T::EXPECTED)
+}
+
+/// LAPACK's character arguments, as jaxlib passes them: u8 ASCII codes.
+impl<'a, F: Flag> FromAttr<'a> for F {
+    const EXPECTED: &'static str = "u8 scalar";
+    fn from_attr(attr: Attr<'a>) -> Result<Self, String> {
+        let letter = u8::from_attr(attr)?;
+        F::from_letter(letter).ok_or_else(|| format!("expected {}, got {letter}", F::expected()))
+    }
 }
 
 macro_rules! scalar_attr {
     ($($t:ty => $what:literal),* $(,)?) => {$(
         impl<'a> FromAttr<'a> for $t {
             const EXPECTED: &'static str = $what;
-            fn from_attr(attr: Attr<'a>) -> Option<Self> {
+            fn from_attr(attr: Attr<'a>) -> Result<Self, String> {
                 match attr {
                     // SAFETY: the dtype check guarantees `value` points to a `$t`.
                     Attr::Scalar { dtype, value } if dtype == <$t as NativeType>::DTYPE =>
-                        Some(unsafe { value.cast::<$t>().read_unaligned() }),
-                    _ => None,
+                        Ok(unsafe { value.cast::<$t>().read_unaligned() }),
+                    _ => Err(other_kind::<Self>(attr)),
                 }
             }
         }
@@ -154,20 +169,20 @@ scalar_attr!(
 
 impl<'a> FromAttr<'a> for &'a str {
     const EXPECTED: &'static str = "string";
-    fn from_attr(attr: Attr<'a>) -> Option<Self> {
+    fn from_attr(attr: Attr<'a>) -> Result<Self, String> {
         match attr {
-            Attr::String(s) => Some(s),
-            _ => None,
+            Attr::String(s) => Ok(s),
+            _ => Err(other_kind::<Self>(attr)),
         }
     }
 }
 
 impl<'a> FromAttr<'a> for Attrs<'a> {
     const EXPECTED: &'static str = "dictionary";
-    fn from_attr(attr: Attr<'a>) -> Option<Self> {
+    fn from_attr(attr: Attr<'a>) -> Result<Self, String> {
         match attr {
-            Attr::Dictionary(d) => Some(d),
-            _ => None,
+            Attr::Dictionary(d) => Ok(d),
+            _ => Err(other_kind::<Self>(attr)),
         }
     }
 }
@@ -180,17 +195,17 @@ macro_rules! span_attr {
     ($($t:ty => $what:literal),* $(,)?) => {$(
         impl<'a> FromAttr<'a> for Span<'a, $t> {
             const EXPECTED: &'static str = $what;
-            fn from_attr(attr: Attr<'a>) -> Option<Self> {
+            fn from_attr(attr: Attr<'a>) -> Result<Self, String> {
                 match attr {
                     Attr::Array { dtype, len, data } if dtype == <$t as NativeType>::DTYPE => {
-                        Some(Span(if len == 0 {
+                        Ok(Span(if len == 0 {
                             &[]
                         } else {
                             // SAFETY: XLA owns `len` elements of this dtype for the call.
                             unsafe { std::slice::from_raw_parts(data.cast::<$t>(), len) }
                         }))
                     }
-                    _ => None,
+                    _ => Err(other_kind::<Self>(attr)),
                 }
             }
         }

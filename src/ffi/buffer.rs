@@ -1,7 +1,7 @@
 //! Argument and result buffers: element type, logical dimensions and data.
 
 use super::dtype::{DataType, NativeType};
-use super::error::{Error, Result};
+use crate::error::{Error, Result};
 use super::sys::XLA_FFI_Buffer;
 use std::fmt;
 
@@ -239,5 +239,113 @@ impl MatrixBatch {
 
     pub fn matrix_len(&self) -> usize {
         self.rows * self.cols
+    }
+}
+
+/// An operand of element type `T` (checked when the handler decodes it), any shape.
+#[derive(Clone, Copy)]
+pub struct Array<'a, T> {
+    pub buffer: Buffer<'a>,
+    _element: std::marker::PhantomData<T>,
+}
+
+impl<'a, T: NativeType> Array<'a, T> {
+    pub fn new(buffer: Buffer<'a>) -> Result<Self> {
+        buffer.expect_dtype(T::DTYPE)?;
+        buffer.element_count()?;
+        Ok(Array {
+            buffer,
+            _element: std::marker::PhantomData,
+        })
+    }
+    pub fn dims(&self) -> &'a [i64] {
+        self.buffer.dims()
+    }
+    pub fn ptr(&self) -> *mut T {
+        self.buffer.data_ptr().cast()
+    }
+    pub fn len(&self) -> usize {
+        checked_product(self.dims()).unwrap_or(0)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn expect_dims(&self, expected: &[i64]) -> Result<()> {
+        self.buffer.expect_dims(expected)
+    }
+    pub fn mismatch(&self, expected: String, got: String) -> Error {
+        self.buffer.mismatch(expected, got)
+    }
+
+    /// The elements as one mutable slice, for a result the handler writes.
+    ///
+    /// # Safety
+    /// As [`Buffer::as_mut_slice`].
+    pub unsafe fn as_mut_slice(&self) -> &'a mut [T] {
+        if self.is_empty() {
+            return &mut [];
+        }
+        std::slice::from_raw_parts_mut(self.ptr(), self.len())
+    }
+
+    /// The elements as one slice, for an argument.
+    ///
+    /// # Safety
+    /// As [`Buffer::as_slice`].
+    pub unsafe fn as_slice(&self) -> &'a [T] {
+        if self.is_empty() {
+            return &[];
+        }
+        std::slice::from_raw_parts(self.ptr(), self.len())
+    }
+}
+
+/// A batch of matrices `[..., m, n]` of element type `T` (checked when decoded).
+#[derive(Clone, Copy)]
+pub struct Matrices<'a, T> {
+    pub array: Array<'a, T>,
+    pub shape: MatrixBatch,
+}
+
+impl<'a, T: NativeType> Matrices<'a, T> {
+    pub fn new(buffer: Buffer<'a>) -> Result<Self> {
+        let array = Array::new(buffer)?;
+        let shape = MatrixBatch::of(&buffer)?;
+        Ok(Matrices { array, shape })
+    }
+    pub fn dims(&self) -> &'a [i64] {
+        self.array.dims()
+    }
+    /// The leading (batch) dimensions.
+    pub fn batch_dims(&self) -> &'a [i64] {
+        let dims = self.dims();
+        &dims[..dims.len() - 2]
+    }
+    pub fn ptr(&self) -> *mut T {
+        self.array.ptr()
+    }
+    pub fn expect_dims(&self, expected: &[i64]) -> Result<()> {
+        self.array.expect_dims(expected)
+    }
+    pub fn mismatch(&self, expected: String, got: String) -> Error {
+        self.array.mismatch(expected, got)
+    }
+    /// Checks that the matrices are square.
+    pub fn expect_square(&self) -> Result<()> {
+        if self.shape.rows == self.shape.cols {
+            return Ok(());
+        }
+        Err(self.mismatch(
+            "square matrices".into(),
+            format!("shape {:?}", self.dims()),
+        ))
+    }
+
+    /// The batch as the cores see it, packed in `layout` (what the target's lowering asks
+    /// XLA for).
+    pub fn view(&self, layout: crate::linalg::matrix::Layout) -> crate::linalg::matrix::Batch<T> {
+        let MatrixBatch { batch, rows, cols } = self.shape;
+        // SAFETY: XLA's buffer holds the whole batch for the call, packed as the lowering asked.
+        unsafe { crate::linalg::matrix::Batch::packed(self.ptr(), [batch, rows, cols], layout) }
     }
 }

@@ -2,10 +2,10 @@
 //! panic) into an `XLA_FFI_Error*` so that nothing unwinds into XLA.
 
 use super::attrs::{Attrs, FromAttr};
-use super::buffer::{Buffer, Operand};
-use super::error::{Error, ErrorCode, Result};
+use super::buffer::{Array, Buffer, Matrices, Operand};
+use super::dtype::NativeType;
+use crate::error::{Error, ErrorCode, Result};
 use super::sys::*;
-use std::any::Any;
 use std::ffi::CString;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -160,15 +160,6 @@ unsafe fn take_error_message(api: &XLA_FFI_Api, error: *mut XLA_FFI_Error) -> St
     message
 }
 
-pub(crate) fn panic_error(payload: Box<dyn Any + Send>) -> Error {
-    let message = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic payload".to_string());
-    Error::internal(format!("panic in handler: {message}"))
-}
-
 /// Answers XLA's registration-time metadata request, if this call is one. Must not touch
 /// `api`, `ctx` or the operands: older XLA passes a null `api` here.
 unsafe fn answer_metadata(frame: &XLA_FFI_CallFrame, traits: XLA_FFI_Handler_Traits) -> bool {
@@ -274,7 +265,7 @@ pub unsafe fn invoke(
         check_frame(frame, signature)?;
         body(&call)
     }))
-    .unwrap_or_else(|panic| Err(panic_error(panic)));
+    .unwrap_or_else(|panic| Err(Error::from_panic(panic)));
     match outcome {
         Ok(()) => ptr::null_mut(),
         Err(mut error) => {
@@ -295,30 +286,79 @@ impl<'a> FromBuffer<'a> for Buffer<'a> {
     }
 }
 
+impl<'a, T: NativeType> FromBuffer<'a> for Array<'a, T> {
+    fn from_buffer(buffer: Buffer<'a>) -> Result<Self> {
+        Array::new(buffer)
+    }
+}
+
+impl<'a, T: NativeType> FromBuffer<'a> for Matrices<'a, T> {
+    fn from_buffer(buffer: Buffer<'a>) -> Result<Self> {
+        Matrices::new(buffer)
+    }
+}
+
+/// The platforms ferrax registers handlers for, by JAX's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Platform {
+    Cpu,
+    Cuda,
+}
+
+impl Platform {
+    /// The platform name XLA registers handlers under.
+    pub fn name(self) -> &'static std::ffi::CStr {
+        match self {
+            Platform::Cpu => c"cpu",
+            Platform::Cuda => c"CUDA",
+        }
+    }
+}
+
+/// One handler of the registration table: the target it serves on one platform.
+#[derive(Clone, Copy)]
+pub struct Registration {
+    pub target: &'static std::ffi::CStr,
+    pub platform: Platform,
+    pub handler: unsafe extern "C" fn(*mut XLA_FFI_CallFrame) -> *mut XLA_FFI_Error,
+}
+
+/// The error of a handler whose dtype dispatch met another element type.
+pub fn unsupported_dtype(buffer: &Buffer<'_>) -> Error {
+    buffer.mismatch(
+        "dtype f32, f64, c64 or c128".into(),
+        buffer.dtype().to_string(),
+    )
+}
+
 /// Declares an XLA FFI handler: an `extern "C"` function bound to a signature (context
 /// values, operands, results and attributes, each decoded by type) and one function that
-/// receives them in that order.
+/// receives them in that order (`traits = ...;` sets the handler's XLA traits, none by
+/// default). With `dtype T: Bound = operand;` the function is generic over
+/// the four LAPACK scalars and is called with `T` the element type of that operand (others
+/// are an error naming it); the types in the signature may use `T`.
 ///
 /// ```
-/// use ferrax::ffi::{Buffer, DataType, Result};
+/// use ferrax::ffi::{Array, NativeType, Result};
 /// use ferrax::ffi_handler;
 ///
 /// ffi_handler! {
-///     /// Scales a f32 buffer by an attribute.
-///     pub fn example_scale = c"example_scale";
-///     arg x: Buffer;
-///     ret y: Buffer;
-///     attr factor: f32;
-///     traits = 0;
-///     body = scale;
+///     /// Copies a buffer of any of the four LAPACK dtypes (the attribute is only decoded).
+///     pub fn example_scale(c"example_scale") {
+///         arg x: Array<T>;
+///         ret y: Array<T>;
+///         attr factor: f64;
+///         dtype T: NativeType = x;
+///         body = scale;
+///     }
 /// }
 ///
-/// fn scale(x: Buffer<'_>, y: Buffer<'_>, factor: f32) -> Result<()> {
-///     x.expect_dtype(DataType::F32)?;
+/// fn scale<T: NativeType>(x: Array<'_, T>, y: Array<'_, T>, factor: f64) -> Result<()> {
 ///     y.expect_dims(x.dims())?;
 ///     // SAFETY: `y` is a distinct result buffer; `x` is read-only.
-///     let (x, y) = unsafe { (x.as_slice::<f32>()?, y.as_mut_slice::<f32>()?) };
-///     y.iter_mut().zip(x).for_each(|(y, x)| *y = x * factor);
+///     let (x, y) = unsafe { (x.as_slice(), y.as_mut_slice()) };
+///     y.copy_from_slice(x);
+///     let _ = factor;
 ///     Ok(())
 /// }
 /// ```
@@ -334,6 +374,30 @@ macro_rules! ffi_handler {
         traits = $traits:expr;
         body = $body:path;
     ) => {
+        $crate::ffi_handler! {
+            $(#[$meta])*
+            $vis fn $symbol($target) {
+                $( ctx $ctx: $ctx_ty; )*
+                $( arg $arg: $arg_ty; )*
+                $( ret $ret: $ret_ty; )*
+                $( attr $attr: $attr_ty; )*
+                traits = $traits;
+                body = $body;
+            }
+        }
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis fn $symbol:ident($target:expr) {
+            $( ctx $ctx:ident : $ctx_ty:ty; )*
+            $( arg $arg:ident : $arg_ty:ty; )*
+            $( ret $ret:ident : $ret_ty:ty; )*
+            $( attr $attr:ident : $attr_ty:ty; )*
+            $( dtype $t:ident : $bound:path = $dispatch:ident; )?
+            $( traits = $traits:expr; )?
+            body = $body:expr;
+        }
+    ) => {
         $(#[$meta])*
         ///
         /// # Safety
@@ -346,23 +410,76 @@ macro_rules! ffi_handler {
                 args: &[$(stringify!($arg)),*],
                 rets: &[$(stringify!($ret)),*],
                 attrs: &[$(stringify!($attr)),*],
-                traits: $traits,
+                traits: 0 $(| $traits)?,
             };
             $crate::ffi::invoke(frame, &SIGNATURE, |call| {
-                let mut _arg_index = 0usize;
-                let mut _ret_index = 0usize;
-                $( let $ctx = <$ctx_ty as $crate::ffi::FromContext>::from_context(call)?; )*
-                $(
-                    let $arg = <$arg_ty as $crate::ffi::FromBuffer>::from_buffer(call.arg(_arg_index)?)?;
-                    _arg_index += 1;
-                )*
-                $(
-                    let $ret = <$ret_ty as $crate::ffi::FromBuffer>::from_buffer(call.ret(_ret_index)?)?;
-                    _ret_index += 1;
-                )*
-                $( let $attr: $attr_ty = call.attr(stringify!($attr))?; )*
-                $body($($ctx,)* $($arg,)* $($ret,)* $($attr),*)
+                $crate::ffi_handler!(@call call, [$($t, $bound, $dispatch)?],
+                    [$($ctx: $ctx_ty),*], [$($arg: $arg_ty),*], [$($ret: $ret_ty),*],
+                    [$($attr: $attr_ty),*], $body)
             })
         }
+    };
+    (@call $call:ident, [], [$($ctx:ident: $ctx_ty:ty),*], [$($arg:ident: $arg_ty:ty),*],
+        [$($ret:ident: $ret_ty:ty),*], [$($attr:ident: $attr_ty:ty),*], $body:expr) => {{
+        let mut _arg_index = 0usize;
+        let mut _ret_index = 0usize;
+        $( let $ctx = <$ctx_ty as $crate::ffi::FromContext>::from_context($call)?; )*
+        $(
+            let $arg = <$arg_ty as $crate::ffi::FromBuffer>::from_buffer($call.arg(_arg_index)?)?;
+            _arg_index += 1;
+        )*
+        $(
+            let $ret = <$ret_ty as $crate::ffi::FromBuffer>::from_buffer($call.ret(_ret_index)?)?;
+            _ret_index += 1;
+        )*
+        $( let $attr: $attr_ty = $call.attr(stringify!($attr))?; )*
+        ($body)($($ctx,)* $($arg,)* $($ret,)* $($attr),*)
+    }};
+    (@call $call:ident, [$t:ident, $bound:path, $dispatch:ident], [$($ctx:ident: $ctx_ty:ty),*],
+        [$($arg:ident: $arg_ty:ty),*], [$($ret:ident: $ret_ty:ty),*],
+        [$($attr:ident: $attr_ty:ty),*], $body:expr) => {{
+        fn typed<$t: $bound>(call: &$crate::ffi::CallFrame<'_>) -> $crate::ffi::Result<()> {
+            $crate::ffi_handler!(@call call, [], [$($ctx: $ctx_ty),*], [$($arg: $arg_ty),*],
+                [$($ret: $ret_ty),*], [$($attr: $attr_ty),*], $body)
+        }
+        let names: &[&str] = &[$(stringify!($arg)),*];
+        let index = names
+            .iter()
+            .position(|&name| name == stringify!($dispatch))
+            .expect("the dtype operand is an argument");
+        let buffer = $call.arg(index)?;
+        match buffer.dtype() {
+            $crate::ffi::DataType::F32 => typed::<f32>($call),
+            $crate::ffi::DataType::F64 => typed::<f64>($call),
+            $crate::ffi::DataType::C64 => typed::<$crate::ffi::Complex<f32>>($call),
+            $crate::ffi::DataType::C128 => typed::<$crate::ffi::Complex<f64>>($call),
+            _ => Err($crate::ffi::unsupported_dtype(&buffer)),
+        }
+    }};
+}
+
+/// Declares a module's handlers with [`ffi_handler!`], each for a target and platform, and
+/// the module's `HANDLERS`: its rows of the registration table (`ferrax_targets`).
+#[macro_export]
+macro_rules! ffi_handlers {
+    ($(
+        $(#[$meta:meta])*
+        $vis:vis fn $symbol:ident($target:expr, $platform:ident) { $($decl:tt)* }
+    )*) => {
+        $(
+            $crate::ffi_handler! {
+                $(#[$meta])*
+                $vis fn $symbol($target) { $($decl)* }
+            }
+        )*
+
+        /// This module's handlers, as the registration table lists them.
+        pub(crate) const HANDLERS: &[$crate::ffi::Registration] = &[$(
+            $crate::ffi::Registration {
+                target: $target,
+                platform: $crate::ffi::Platform::$platform,
+                handler: $symbol,
+            }
+        ),*];
     };
 }

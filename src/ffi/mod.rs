@@ -9,13 +9,15 @@ mod attrs;
 mod buffer;
 mod context;
 mod dtype;
-mod error;
 mod handler;
 pub mod sys;
 
 pub use attrs::{Attr, Attrs, FromAttr, Span};
-pub use buffer::{checked_product, Buffer, MatrixBatch, Operand};
+pub use buffer::{checked_product, Array, Buffer, MatrixBatch, Matrices, Operand};
 pub use context::{DeviceOrdinal, FromContext, RunId, ScratchAllocator, Stage, Stream, ThreadPool};
 pub use dtype::{DataType, NativeType};
-pub use error::{Error, ErrorCode, Result};
-pub use handler::{invoke, CallFrame, FromBuffer, Signature};
+pub use crate::error::{Error, ErrorCode, Result};
+pub use handler::{
+    invoke, unsupported_dtype, CallFrame, FromBuffer, Platform, Registration, Signature,
+};
+pub use num_complex::Complex;

@@ -96,7 +96,7 @@ trait Evd: Scalar {
         n: &i32,
         a: *mut Self,
         lda: &i32,
-        w: *mut Self::Real,
+        w: *mut Real<Self>,
         ws: &mut Workspace<Self>,
         info: *mut i32,
     );
@@ -122,7 +122,7 @@ macro_rules! real_evd {
                 n: &i32,
                 a: *mut Self,
                 lda: &i32,
-                w: *mut Self::Real,
+                w: *mut Real<Self>,
                 ws: &mut Workspace<Self>,
                 info: *mut i32,
             ) {
@@ -162,7 +162,7 @@ macro_rules! complex_evd {
                 n: &i32,
                 a: *mut Self,
                 lda: &i32,
-                w: *mut Self::Real,
+                w: *mut Real<Self>,
                 ws: &mut Workspace<Self>,
                 info: *mut i32,
             ) {
@@ -285,7 +285,7 @@ where
         )));
     }
     let (min_work, min_rwork) = T::min_work(shape.rows, jobz == b'V' as c_char);
-    let lwork = workspace_len(Scalar::re(query.work[0]), min_work, "work")?;
+    let lwork = workspace_len(query.work[0].real_f64(), min_work, "work")?;
     let lrwork = workspace_len(query.rwork[0].into(), min_rwork, "rwork")?;
     let liwork = query.iwork[0].max(1);
 

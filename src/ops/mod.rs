@@ -17,13 +17,59 @@ pub mod tridiagonal;
 pub mod tridiagonal_solve;
 pub mod trsm;
 
-use crate::cuda::cusolver::{Handle as SolverHandle, Solver, Status as SolverStatus};
 use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error, XLA_FFI_Handler};
+use crate::ffi::{Platform, Registration};
+
+/// Every handler ferrax registers, for `ferrax_targets`.
+pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
+    [getrf::HANDLERS]
+        .into_iter()
+        .flatten()
+        .flat_map(|h| h.iter())
+        .chain(LEGACY.iter())
+}
+
+const LEGACY: &[Registration] = &[
+    Registration { target: threefry::TARGET, platform: Platform::Cpu, handler: threefry::ferrax_cpu_threefry2x32 },
+    Registration { target: pivots::TARGET, platform: Platform::Cpu, handler: pivots::ferrax_cpu_lu_pivots_to_permutation },
+    Registration { target: potrf::TARGET, platform: Platform::Cpu, handler: potrf::ferrax_cpu_potrf },
+    Registration { target: potrf::FUSED_TARGET, platform: Platform::Cpu, handler: potrf::ferrax_cpu_cholesky },
+    Registration { target: trsm::TARGET, platform: Platform::Cpu, handler: trsm::ferrax_cpu_trsm },
+    Registration { target: qr::GEQRF_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqrf },
+    Registration { target: qr::QR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_qr },
+    Registration { target: qr::ORGQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_orgqr },
+    Registration { target: qr::ORMQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_ormqr },
+    Registration { target: qr::GEQP3_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqp3 },
+    Registration { target: eigh::TARGET, platform: Platform::Cpu, handler: eigh::ferrax_cpu_syevd },
+    Registration { target: hessenberg::TARGET, platform: Platform::Cpu, handler: hessenberg::ferrax_cpu_gehrd },
+    Registration { target: tridiagonal::TARGET, platform: Platform::Cpu, handler: tridiagonal::ferrax_cpu_sytrd },
+    Registration { target: svd::GESDD_TARGET, platform: Platform::Cpu, handler: svd::ferrax_cpu_gesdd },
+    Registration { target: svd::GESVD_TARGET, platform: Platform::Cpu, handler: svd::ferrax_cpu_gesvd },
+    Registration { target: eig::TARGET, platform: Platform::Cpu, handler: eig::ferrax_cpu_geev },
+    Registration { target: schur::TARGET, platform: Platform::Cpu, handler: schur::ferrax_cpu_gees },
+    Registration { target: tridiagonal_solve::GTSV_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_gtsv },
+    Registration { target: tridiagonal_solve::PERTURBED_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_tridiagonal_solve_perturbed },
+    Registration { target: sparse::TARGET, platform: Platform::Cpu, handler: sparse::ferrax_cpu_csr_sparse_dense },
+    Registration { target: threefry::TARGET, platform: Platform::Cuda, handler: threefry::ferrax_cuda_threefry2x32 },
+    Registration { target: threefry::BITS_TARGET, platform: Platform::Cuda, handler: threefry::ferrax_cuda_threefry2x32_bits },
+    Registration { target: pivots::TARGET, platform: Platform::Cuda, handler: pivots::ferrax_cuda_lu_pivots_to_permutation },
+    Registration { target: potrf::TARGET, platform: Platform::Cuda, handler: potrf::ferrax_cuda_potrf },
+    Registration { target: potrf::FUSED_TARGET, platform: Platform::Cuda, handler: potrf::ferrax_cuda_cholesky },
+    Registration { target: qr::GEQRF_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_geqrf },
+    Registration { target: qr::QR_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_qr },
+    Registration { target: qr::ORGQR_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_orgqr },
+    Registration { target: qr::ORMQR_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_ormqr },
+    Registration { target: cholesky_update::TARGET, platform: Platform::Cuda, handler: cholesky_update::ferrax_cuda_cholesky_update },
+];
+
 use crate::ffi::{Buffer, Error, MatrixBatch, NativeType, Result, ThreadPool};
 use ferrax_cpu_fallback::Lapack;
 pub(crate) use ferrax_kernels::small::lanes::Layout;
+pub(crate) use crate::cuda::{small_kernel, GpuLibrary};
+pub(crate) use crate::linalg::parallel::{
+    by_simd_groups as by_lanes, for_each_chunk, for_each_parallel, SharedMut, MIN_FLOPS_PER_TASK,
+};
 use num_complex::Complex;
-use std::ffi::c_int;
 
 /// The element type of a GPU linear-algebra operand, or an error naming the operand.
 pub(crate) fn gpu_scalar_kind(buffer: &Buffer<'_>) -> Result<ferrax_kernels::launch::ScalarKind> {
@@ -37,73 +83,6 @@ pub(crate) fn gpu_scalar_kind(buffer: &Buffer<'_>) -> Result<ferrax_kernels::lau
             return Err(buffer.mismatch("dtype f32, f64, c64 or c128".into(), format!("{other:?}")))
         }
     })
-}
-
-/// The launch of ferrax's small-matrix GPU kernel for `shape` on `gpu`'s device (`plan` gets
-/// m, n, the batch and the shared memory a block may opt in to), if one takes it; the GPU
-/// handlers give the rest to cuSOLVER or cuBLAS.
-pub(crate) fn small_kernel(
-    gpu: &crate::cuda::GpuStream,
-    shape: MatrixBatch,
-    plan: impl FnOnce(u32, u32, u64, usize) -> Option<ferrax_kernels::launch::LaunchConfig>,
-) -> Result<Option<ferrax_kernels::launch::LaunchConfig>> {
-    let (Ok(m), Ok(n)) = (u32::try_from(shape.rows), u32::try_from(shape.cols)) else {
-        return Ok(None);
-    };
-    Ok(plan(m, n, shape.batch as u64, gpu.max_shared_bytes()?))
-}
-
-/// What a GPU handler's cuSOLVER/cuBLAS path needs besides its operands: XLA's stream (with
-/// the context current) and XLA's scratch allocator for workspaces and pointer arrays.
-#[derive(Clone, Copy)]
-pub(crate) struct GpuLibrary<'a> {
-    pub gpu: &'a crate::cuda::GpuStream,
-    pub scratch: &'a crate::ffi::ScratchAllocator<'a>,
-}
-
-impl GpuLibrary<'_> {
-    /// Device workspace for `lwork` elements of `T`.
-    pub fn workspace<T>(&self, lwork: i32) -> Result<*mut T> {
-        let bytes = (lwork.max(1) as usize) * std::mem::size_of::<T>();
-        Ok(self.scratch.allocate(bytes, 16)?.cast())
-    }
-
-    /// One device integer for the `info` that cuSOLVER's geqrf, orgqr and ormqr write and
-    /// jaxlib's contracts have no result for (their `info < 0` means an invalid argument,
-    /// which the handlers' checks rule out).
-    pub fn ignored_info(&self) -> Result<*mut i32> {
-        Ok(self.scratch.allocate(4, 4)?.cast())
-    }
-
-    /// One cuSOLVER routine per matrix `b < batch` (it has no batched geqrf, orgqr or ormqr),
-    /// with one workspace sized by `query(handle, &mut lwork)` and one ignored `info`, both
-    /// reused in stream order: `call(handle, b, work, lwork, info)` runs it on matrix `b`.
-    pub fn solve_each<T>(
-        &self,
-        routine: &str,
-        batch: usize,
-        query: impl FnOnce(SolverHandle, *mut c_int) -> SolverStatus,
-        mut call: impl FnMut(SolverHandle, usize, *mut T, c_int, *mut c_int) -> SolverStatus,
-    ) -> Result<()> {
-        let solver = Solver::on(self.gpu)?;
-        let lwork = solver.lwork(&format!("{routine}_bufferSize"), query)?;
-        let (work, info) = (self.workspace::<T>(lwork)?, self.ignored_info()?);
-        for b in 0..batch {
-            solver.run(routine, |h| call(h, b, work, lwork, info))?;
-        }
-        Ok(())
-    }
-
-    /// A device array of `count` pointers `base + i·stride` (elements of `T`).
-    pub fn batch_pointers<T>(
-        &self,
-        base: *mut T,
-        stride: usize,
-        count: usize,
-    ) -> Result<*mut *mut T> {
-        self.gpu
-            .batch_pointers(self.scratch, base, stride * std::mem::size_of::<T>(), count)
-    }
 }
 
 /// XLA's stream for a GPU handler whose result `out` replaces `a`: checks `out` against `a`.
@@ -133,34 +112,6 @@ pub(crate) fn gpu_in_place(
         shape.batch * shape.matrix_len() * kind.bytes(),
     )?;
     Ok(gpu)
-}
-
-/// A raw pointer that thread-pool tasks may share: each task touches a disjoint part of the
-/// buffer it points into.
-#[derive(Clone, Copy)]
-pub(crate) struct SharedMut<T>(pub *mut T);
-unsafe impl<T> Send for SharedMut<T> {}
-unsafe impl<T> Sync for SharedMut<T> {}
-
-impl<T> SharedMut<T> {
-    /// The pointer offset by `count` elements. (A method, so that closures capture the
-    /// wrapper rather than its non-`Sync` field.)
-    ///
-    /// # Safety
-    /// As `pointer::add`.
-    pub unsafe fn at(&self, count: usize) -> *mut T {
-        self.0.add(count)
-    }
-
-    /// The `len` elements from element `start`, as a slice.
-    ///
-    /// # Safety
-    /// They lie in the buffer, and nothing else reads or writes them while the slice lives
-    /// (each thread-pool task takes its own part of the buffer).
-    #[allow(clippy::mut_from_ref)] // the buffer is shared, its parts are not
-    pub unsafe fn slice<'a>(&self, start: usize, len: usize) -> &'a mut [T] {
-        std::slice::from_raw_parts_mut(self.0.add(start), len)
-    }
 }
 
 /// An argument and the result that replaces it (jaxlib's in-place contract, or a result of
@@ -310,70 +261,7 @@ pub(crate) fn expect_eigenvalues<T: Scalar>(
     Ok(shape)
 }
 
-/// Below this many flops of work per task, scheduling on the pool costs more than it saves
-/// (the same cut-off jaxlib uses for its LAPACK batch loop).
-const MIN_FLOPS_PER_TASK: usize = 200_000;
-
-/// Runs `per_chunk(range)` over `0..items` on XLA's thread pool, in chunks of at least
-/// `MIN_FLOPS_PER_TASK` given the cost of one item in flops. Per-chunk setup (LAPACK
-/// workspace) goes at the top of `per_chunk`.
-pub(crate) fn for_each_chunk(
-    pool: &ThreadPool<'_>,
-    items: usize,
-    flops_per_item: usize,
-    per_chunk: &(dyn Fn(std::ops::Range<usize>) -> Result<()> + Sync),
-) -> Result<()> {
-    let min_chunk = MIN_FLOPS_PER_TASK.div_ceil(flops_per_item.max(1));
-    if items <= min_chunk {
-        // One chunk: LAPACK may use its own threads.
-        return per_chunk(0..items);
-    }
-    if flops_per_item < MIN_FLOPS_PER_TASK {
-        // Matrices this small never start OpenBLAS's threads, and telling OpenBLAS to stay on
-        // one thread makes each small call measurably slower.
-        return pool.parallel_chunks(items, min_chunk, per_chunk);
-    }
-    // Several large calls run at once, so each keeps OpenBLAS on its own thread.
-    pool.parallel_chunks(items, min_chunk, &|range| {
-        ferrax_cpu_fallback::single_threaded(|| per_chunk(range))
-    })
-}
-
-/// [`for_each_chunk`] for work without per-chunk setup.
-pub(crate) fn for_each_parallel(
-    pool: &ThreadPool<'_>,
-    items: usize,
-    flops_per_item: usize,
-    per_item: &(dyn Fn(usize) -> Result<()> + Sync),
-) -> Result<()> {
-    for_each_chunk(pool, items, flops_per_item, &|range| {
-        range.into_iter().try_for_each(per_item)
-    })
-}
-
-/// Calls `group(first)` for each run of [`LANES`](ferrax_kernels::small::lanes::LANES) items of
-/// `range` (the small-matrix routines that factor that many matrices at once) and `one(item)`
-/// for the items left over.
-pub(crate) fn by_lanes(
-    range: std::ops::Range<usize>,
-    mut group: impl FnMut(usize),
-    mut one: impl FnMut(usize),
-) {
-    use ferrax_kernels::small::lanes::LANES;
-    let mut first = range.start;
-    while first + LANES <= range.end {
-        group(first);
-        first += LANES;
-    }
-    (first..range.end).for_each(&mut one);
-}
-
-/// The LAPACK routine for `T`, or an error that says how to fill the table.
-pub(crate) fn routine<F>(
-    lookup: std::result::Result<F, ferrax_cpu_fallback::Missing>,
-) -> Result<F> {
-    lookup.map_err(|missing| Error::failed_precondition(missing.to_string()))
-}
+pub(crate) use crate::linalg::{query_lwork, routine};
 
 /// A character attribute (jaxlib passes LAPACK's `uplo`, `side`, ... as u8 ASCII codes),
 /// checked against the letters LAPACK accepts for it.
@@ -403,50 +291,7 @@ pub(crate) fn lapack_dim(buffer: &crate::ffi::Buffer<'_>, value: usize) -> Resul
     })
 }
 
-/// The four LAPACK scalars, with what generic handler code needs besides LAPACK itself.
-pub(crate) trait Scalar:
-    NativeType + Lapack<Real: NativeType + Default + Into<f64>> + Default
-{
-    /// The complex scalar of the same precision (eigenvalues of real matrices are complex).
-    type Complex: NativeType + Default;
-    const ONE: Self;
-    /// The real part (LAPACK reports workspace sizes in the real part of `work[0]`).
-    fn re(self) -> f64;
-    fn is_finite(self) -> bool;
-}
-
-macro_rules! scalar {
-    ($t:ty, $complex:ty, $one:expr, |$x:ident| $re:expr, $finite:expr) => {
-        impl Scalar for $t {
-            type Complex = $complex;
-            const ONE: Self = $one;
-            fn re(self) -> f64 {
-                let $x = self;
-                $re
-            }
-            fn is_finite(self) -> bool {
-                let $x = self;
-                $finite
-            }
-        }
-    };
-}
-scalar!(f32, Complex<f32>, 1.0, |x| x.into(), x.is_finite());
-scalar!(f64, Complex<f64>, 1.0, |x| x, x.is_finite());
-scalar!(
-    Complex<f32>,
-    Complex<f32>,
-    Complex::new(1.0, 0.0),
-    |x| x.re.into(),
-    x.re.is_finite() && x.im.is_finite()
-);
-scalar!(
-    Complex<f64>,
-    Complex<f64>,
-    Complex::new(1.0, 0.0),
-    |x| x.re,
-    x.re.is_finite() && x.im.is_finite()
-);
+pub(crate) use crate::linalg::LapackScalar as Scalar;
 
 /// Calls `f::<T>(args)` with `T` the LAPACK scalar of `buffer`'s dtype, or returns an error
 /// naming the buffer.
@@ -463,24 +308,3 @@ macro_rules! dispatch_lapack {
 }
 pub(crate) use dispatch_lapack;
 
-/// LAPACK's optimal `lwork`: `query(work, lwork, info)` must call the routine with the given
-/// `lwork` (-1, a workspace query), which writes the size into `work[0]`.
-pub(crate) fn query_lwork<T: Scalar>(
-    query: impl FnOnce(*mut T, *const i32, *mut i32),
-) -> Result<i32> {
-    let (mut work, mut info) = (T::default(), 0);
-    query(&mut work, &-1, &mut info);
-    if info != 0 {
-        return Err(Error::internal(format!(
-            "LAPACK workspace query failed with info {info}"
-        )));
-    }
-    // LAPACK wants lwork >= 1 even where it needs no workspace.
-    let lwork = work.re().ceil().max(1.0);
-    if lwork > f64::from(i32::MAX) {
-        return Err(Error::invalid_argument(format!(
-            "LAPACK asks for a workspace of {lwork} elements, past its 32-bit integer range"
-        )));
-    }
-    Ok(lwork as i32)
-}

@@ -473,7 +473,7 @@ fn qr_typed<T: Scalar + QrScalar>(
                 for (i, row) in q.chunks_exact_mut(q_cols).enumerate() {
                     row.iter_mut().enumerate().for_each(|(j, e)| {
                         *e = if i == j {
-                            <T as Scalar>::ONE
+                            <T as ferrax_kernels::small::Scalar>::ONE
                         } else {
                             T::default()
                         }

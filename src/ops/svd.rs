@@ -306,7 +306,7 @@ fn optimal_lwork<T: Svd>(driver: Driver, routine: Routine<T>, call: &Call) -> Re
     // SAFETY: a workspace query reads only the scalar arguments and writes `work[0]` and
     // `info` (jaxlib passes null matrices too).
     unsafe { T::svd(routine, call, &matrix, &mut query, -1) };
-    let lwork = query.work[0].re().ceil();
+    let lwork = query.work[0].real_f64().ceil();
     if info != 0 || !(1.0..=f64::from(i32::MAX)).contains(&lwork) {
         return Err(Error::internal(format!(
             "{} workspace query failed (info {info}, lwork {lwork})",

@@ -53,7 +53,7 @@ fn threefry_cpu(
         crate::ops::SharedMut(y0.as_mut_ptr()),
         crate::ops::SharedMut(y1.as_mut_ptr()),
     );
-    pool.parallel_chunks(n, ELEMENTS_PER_TASK, &|range| {
+    crate::linalg::parallel::parallel_chunks(&pool, n, ELEMENTS_PER_TASK, &|range| {
         // SAFETY: chunks are disjoint ranges of the outputs.
         let (o0, o1) = unsafe {
             (

@@ -148,7 +148,7 @@ fn trsm_typed<T: Scalar + small::Scalar>(
                 &flags.diag,
                 &m,
                 &n,
-                &<T as Scalar>::ONE,
+                &<T as ferrax_kernels::small::Scalar>::ONE,
                 a[i * a_len..].as_ptr(),
                 &lda,
                 b.at(i * b_len),

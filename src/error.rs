@@ -1,4 +1,5 @@
-//! Errors returned by handlers, mapped onto `XLA_FFI_Error_Code` (absl status codes).
+//! Errors of every layer (cores, XLA handlers, the C ABI), with codes that map onto
+//! `XLA_FFI_Error_Code` (absl status codes).
 
 use std::fmt;
 
@@ -38,6 +39,15 @@ impl Error {
     }
     pub fn unimplemented(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Unimplemented, message)
+    }
+    /// A caught panic as an INTERNAL error with the panic's message.
+    pub fn from_panic(payload: Box<dyn std::any::Any + Send>) -> Self {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic payload".to_string());
+        Error::internal(format!("panic in handler: {message}"))
     }
 }
 

@@ -1,0 +1,391 @@
+//! Batches of matrices where their owner keeps them: XLA's arrays (packed, row- or
+//! column-major) and the C ABI's (a leading dimension, either layout), as one strided view, so
+//! that a core reads its operands where they are and stages a matrix only where its algorithm
+//! needs another layout.
+
+pub use ferrax_kernels::small::lanes::Layout;
+
+/// `count` matrices of `rows × cols`: element `(b, i, j)` at
+/// `b·batch_stride + i·row_stride + j·col_stride` elements from the start (as faer's `MatMut`,
+/// plus a batch stride). A view is a plain pointer: the functions that read or write through
+/// it are `unsafe`, their callers vouch for the memory and for who else touches it.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch<T> {
+    ptr: *mut T,
+    count: usize,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+    batch_stride: usize,
+}
+
+// A view is shared by the pool tasks of one call, each touching its own matrices.
+unsafe impl<T: Send> Send for Batch<T> {}
+unsafe impl<T: Send> Sync for Batch<T> {}
+
+impl<T: Copy> Batch<T> {
+    /// Contiguous matrices, one after another, each packed in `layout`.
+    ///
+    /// # Safety
+    /// `ptr` spans `count·rows·cols` elements, for as long as the view is used.
+    pub unsafe fn packed(ptr: *mut T, [count, rows, cols]: [usize; 3], layout: Layout) -> Self {
+        let ld = match layout {
+            Layout::ColumnMajor => rows,
+            Layout::RowMajor => cols,
+        };
+        Self::with_ld(ptr, [count, rows, cols], layout, ld)
+    }
+
+    /// Matrices in `layout` with leading dimension `ld` (at least the minor dimension), one
+    /// after another (`ld × cols` elements apart column-major, `ld × rows` row-major): LAPACK's
+    /// and the C ABI's batches.
+    ///
+    /// # Safety
+    /// `ptr` spans every matrix so laid out, for as long as the view is used.
+    pub unsafe fn with_ld(
+        ptr: *mut T,
+        [count, rows, cols]: [usize; 3],
+        layout: Layout,
+        ld: usize,
+    ) -> Self {
+        let (row_stride, col_stride, major) = match layout {
+            Layout::ColumnMajor => (1, ld, cols),
+            Layout::RowMajor => (ld, 1, rows),
+        };
+        Batch {
+            ptr,
+            count,
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+            batch_stride: ld * major,
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr
+    }
+
+    /// The leading dimension with which LAPACK can take the matrices where they are (column
+    /// after column, each `ld ≥ max(1, rows)` elements apart), if it can.
+    pub fn lapack_ld(&self) -> Option<usize> {
+        // A single row has no row stride to speak of, a single column no column stride.
+        if self.row_stride != 1 && self.rows > 1 {
+            return None;
+        }
+        let ld = if self.cols <= 1 { self.rows.max(1) } else { self.col_stride };
+        (ld >= self.rows.max(1)).then_some(ld)
+    }
+
+    /// The layout in which the batch is one contiguous array of packed matrices, if it is.
+    pub fn packed_layout(&self) -> Option<Layout> {
+        let (rows, cols) = (self.rows, self.cols);
+        if self.batch_stride != rows * cols && self.count > 1 {
+            return None;
+        }
+        let column_major = (self.row_stride == 1 || rows <= 1) && (self.col_stride == rows || cols <= 1);
+        let row_major = (self.col_stride == 1 || cols <= 1) && (self.row_stride == cols || rows <= 1);
+        if column_major {
+            Some(Layout::ColumnMajor)
+        } else if row_major {
+            Some(Layout::RowMajor)
+        } else {
+            None
+        }
+    }
+
+    /// The first element of matrix `b`.
+    ///
+    /// # Safety
+    /// `b < count`.
+    pub unsafe fn matrix(&self, b: usize) -> *mut T {
+        self.ptr.add(b * self.batch_stride)
+    }
+
+    /// Matrix `b`'s elements from the first to the last as a slice (with the gaps of a
+    /// leading dimension above the minimum).
+    ///
+    /// # Safety
+    /// `b < count`; nothing else reads or writes the span while the slice lives.
+    #[allow(clippy::mut_from_ref)] // the memory is the caller's, as the view's contract says
+    pub unsafe fn matrix_span<'s>(&self, b: usize) -> &'s mut [T] {
+        let span = if self.rows == 0 || self.cols == 0 {
+            0
+        } else {
+            (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride + 1
+        };
+        std::slice::from_raw_parts_mut(self.matrix(b), span)
+    }
+
+    /// Matrices `first..first + count` as one slice, if the batch is packed.
+    ///
+    /// # Safety
+    /// As [`Batch::matrix_span`], for the matrices.
+    #[allow(clippy::mut_from_ref)] // as `matrix_span`
+    pub unsafe fn packed_group<'s>(&self, first: usize, count: usize) -> Option<&'s mut [T]> {
+        let len = self.rows * self.cols;
+        self.packed_layout()
+            .map(|_| std::slice::from_raw_parts_mut(self.ptr.add(first * len), count * len))
+    }
+
+    /// Copies matrix `b` into `dst` column-major (leading dimension `rows`).
+    ///
+    /// # Safety
+    /// `b < count`; nothing writes the matrix meanwhile.
+    pub unsafe fn gather(&self, b: usize, dst: &mut [T]) {
+        let (rows, cols) = (self.rows, self.cols);
+        let src = self.matrix(b);
+        if self.row_stride == 1 {
+            for j in 0..cols {
+                let column = std::slice::from_raw_parts(src.add(j * self.col_stride), rows);
+                dst[j * rows..(j + 1) * rows].copy_from_slice(column);
+            }
+        } else {
+            // Tiles keep the strided side in cache.
+            for_tiles(rows, cols, |i, j| {
+                dst[j * rows + i] = *src.add(i * self.row_stride + j * self.col_stride)
+            });
+        }
+    }
+
+    /// Writes the column-major `src` (leading dimension `rows`) to matrix `b`.
+    ///
+    /// # Safety
+    /// `b < count`; nothing else reads or writes the matrix meanwhile.
+    pub unsafe fn scatter(&self, b: usize, src: &[T]) {
+        let (rows, cols) = (self.rows, self.cols);
+        let dst = self.matrix(b);
+        if self.row_stride == 1 {
+            for j in 0..cols {
+                let column = std::slice::from_raw_parts_mut(dst.add(j * self.col_stride), rows);
+                column.copy_from_slice(&src[j * rows..(j + 1) * rows]);
+            }
+        } else {
+            for_tiles(rows, cols, |i, j| {
+                *dst.add(i * self.row_stride + j * self.col_stride) = src[j * rows + i]
+            });
+        }
+    }
+
+    /// Copies matrix `b` of `self` to matrix `b` of `to` (same shape, any strides); nothing
+    /// to do when they are the same memory.
+    ///
+    /// # Safety
+    /// `b` is in both; the two matrices are the same memory or do not overlap, and nothing
+    /// else touches them meanwhile.
+    pub unsafe fn copy_to(&self, b: usize, to: &Batch<T>) {
+        let (src, dst) = (self.matrix(b), to.matrix(b));
+        if std::ptr::eq(src, dst) && self.same_layout(to) {
+            return;
+        }
+        if self.same_layout(to) && self.packed_layout().is_some() {
+            std::ptr::copy_nonoverlapping(src, dst, self.rows * self.cols);
+            return;
+        }
+        for j in 0..self.cols {
+            for i in 0..self.rows {
+                *dst.add(i * to.row_stride + j * to.col_stride) =
+                    *src.add(i * self.row_stride + j * self.col_stride);
+            }
+        }
+    }
+
+    fn same_layout(&self, other: &Batch<T>) -> bool {
+        (self.row_stride, self.col_stride) == (other.row_stride, other.col_stride)
+    }
+}
+
+/// `visit(i, j)` over a `rows × cols` matrix in 16 × 16 tiles.
+fn for_tiles(rows: usize, cols: usize, mut visit: impl FnMut(usize, usize)) {
+    const TILE: usize = 16;
+    for i0 in (0..rows).step_by(TILE) {
+        for j0 in (0..cols).step_by(TILE) {
+            for i in i0..(i0 + TILE).min(rows) {
+                for j in j0..(j0 + TILE).min(cols) {
+                    visit(i, j);
+                }
+            }
+        }
+    }
+}
+
+/// An operand and the result that replaces it (jaxlib's in-place contracts): one memory where
+/// XLA aliased them and in the C ABI, else two views of one shape. Each matrix is copied to
+/// the result right before it is worked on (in the task that works on it, while in cache).
+#[derive(Clone, Copy, Debug)]
+pub struct InOut<T> {
+    pub input: Batch<T>,
+    pub output: Batch<T>,
+}
+
+impl<T: Copy> InOut<T> {
+    /// The same memory read and written.
+    pub fn in_place(batch: Batch<T>) -> Self {
+        InOut {
+            input: batch,
+            output: batch,
+        }
+    }
+
+    /// Runs `f(a, ld)` on matrix `b` as a column-major matrix with leading dimension `ld`,
+    /// whose final values become the result's: in the result itself where LAPACK can take it
+    /// there (the input copied in first), else in `scratch` (grown as needed), read from the
+    /// input and written back to the result.
+    ///
+    /// # Safety
+    /// `b` is in both views; no other task touches matrix `b` of either.
+    pub unsafe fn column_major<R>(
+        &self,
+        b: usize,
+        scratch: &mut Vec<T>,
+        f: impl FnOnce(&mut [T], usize) -> R,
+    ) -> R {
+        if let Some(ld) = self.output.lapack_ld() {
+            self.input.copy_to(b, &self.output);
+            return f(self.output.matrix_span(b), ld);
+        }
+        let (rows, cols) = (self.input.rows, self.input.cols);
+        let staged = stage(scratch, rows * cols, self.input.ptr);
+        // Where the two are one memory, this reads the result's own elements before writing.
+        self.input.gather(b, staged);
+        let result = f(staged, rows.max(1));
+        self.output.scatter(b, staged);
+        result
+    }
+
+    /// Runs `f(matrices, layout)` on matrices `first..first + count` as one packed array in
+    /// `layout` (the SIMD routines' operand): the result's own where it is packed (the input
+    /// copied in first), else `scratch` holding them column-major, read from the input and
+    /// written back to the result.
+    ///
+    /// # Safety
+    /// As [`InOut::column_major`], for every matrix of the group.
+    pub unsafe fn packed<R>(
+        &self,
+        first: usize,
+        count: usize,
+        scratch: &mut Vec<T>,
+        f: impl FnOnce(&mut [T], Layout) -> R,
+    ) -> R {
+        let range = first..first + count;
+        if let (Some(layout), Some(group)) = (
+            self.output.packed_layout(),
+            self.output.packed_group(first, count),
+        ) {
+            range.for_each(|b| self.input.copy_to(b, &self.output));
+            return f(group, layout);
+        }
+        let len = self.input.rows * self.input.cols;
+        let staged = stage(scratch, count * len, self.input.ptr);
+        for (k, b) in range.clone().enumerate() {
+            self.input.gather(b, &mut staged[k * len..(k + 1) * len]);
+        }
+        let result = f(staged, Layout::ColumnMajor);
+        for (k, b) in range.enumerate() {
+            self.output.scatter(b, &staged[k * len..(k + 1) * len]);
+        }
+        result
+    }
+}
+
+/// `scratch`'s first `len` elements, grown with copies of any element to get there (every
+/// staging overwrites them before reading).
+unsafe fn stage<T: Copy>(scratch: &mut Vec<T>, len: usize, any: *const T) -> &mut [T] {
+    if scratch.len() < len {
+        scratch.resize(len, *any);
+    }
+    &mut scratch[..len]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 2 × 3 × 4 batch numbered by position, in each layout, with and without padding.
+    fn batches(data: &mut Vec<f64>) -> Vec<(Batch<f64>, &'static str)> {
+        data.clear();
+        data.resize(2 * 6 * 5, -1.0);
+        let p = data.as_mut_ptr();
+        // SAFETY: each view spans at most the 60 elements.
+        unsafe {
+            vec![
+                (Batch::packed(p, [2, 3, 4], Layout::ColumnMajor), "column-major"),
+                (Batch::packed(p, [2, 3, 4], Layout::RowMajor), "row-major"),
+                (Batch::with_ld(p, [2, 3, 4], Layout::ColumnMajor, 5), "column-major ld 5"),
+                (Batch::with_ld(p, [2, 3, 4], Layout::RowMajor, 6), "row-major ld 6"),
+            ]
+        }
+    }
+
+    fn value(b: usize, i: usize, j: usize) -> f64 {
+        (100 * b + 10 * i + j) as f64
+    }
+
+    #[test]
+    fn scatter_then_gather_round_trips_and_lands_where_the_strides_say() {
+        let mut data = Vec::new();
+        for (view, name) in batches(&mut data) {
+            for b in 0..2 {
+                let column_major: Vec<f64> =
+                    (0..12).map(|k| value(b, k % 3, k / 3)).collect();
+                let mut back = vec![0.0; 12];
+                // SAFETY: matrices of the view, touched by this thread only.
+                unsafe {
+                    view.scatter(b, &column_major);
+                    for (i, j) in (0..3).flat_map(|i| (0..4).map(move |j| (i, j))) {
+                        let at = view.matrix(b).add(i * view.row_stride + j * view.col_stride);
+                        assert_eq!(*at, value(b, i, j), "{name} ({b}, {i}, {j})");
+                    }
+                    view.gather(b, &mut back);
+                }
+                assert_eq!(back, column_major, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn layouts_are_recognised() {
+        let mut data = Vec::new();
+        let views = batches(&mut data);
+        assert_eq!(views[0].0.packed_layout(), Some(Layout::ColumnMajor));
+        assert_eq!(views[1].0.packed_layout(), Some(Layout::RowMajor));
+        assert_eq!(views[2].0.packed_layout(), None);
+        assert_eq!(views[3].0.packed_layout(), None);
+        let lds: Vec<Option<usize>> = views.iter().map(|(v, _)| v.lapack_ld()).collect();
+        assert_eq!(lds, [Some(3), None, Some(5), None]);
+    }
+
+    #[test]
+    fn in_out_stages_row_major_and_works_in_place_on_column_major() {
+        let mut data = Vec::new();
+        for (view, name) in batches(&mut data) {
+            let column_major: Vec<f64> = (0..12).map(|k| value(1, k % 3, k / 3)).collect();
+            let mut scratch = Vec::new();
+            // SAFETY: as above.
+            unsafe {
+                view.scatter(1, &column_major);
+                let in_out = InOut::in_place(view);
+                let seen = in_out.column_major(1, &mut scratch, |a, ld| {
+                    let seen: Vec<f64> = (0..4).flat_map(|j| a[j * ld..j * ld + 3].to_vec()).collect();
+                    a[ld + 2] = -7.0; // element (2, 1)
+                    seen
+                });
+                assert_eq!(seen, column_major, "{name}");
+                let mut back = vec![0.0; 12];
+                view.gather(1, &mut back);
+                assert_eq!(back[3 + 2], -7.0, "{name}");
+            }
+        }
+    }
+}
