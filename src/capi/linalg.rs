@@ -11,7 +11,8 @@
 use super::host::{self, AttrValue, BufferArg};
 use crate::ffi::{DataType, NativeType};
 use crate::linalg::matrix::{Batch, InOut, Layout};
-use crate::linalg::{getrf, LapackScalar};
+use crate::linalg::flags::{Flag, Uplo};
+use crate::linalg::{getrf, potrf, LapackScalar};
 use crate::ops::{self, Scalar};
 use super::pool::workers;
 use ferrax_cpu_fallback::Real;
@@ -52,6 +53,12 @@ pub(crate) fn guard(body: impl FnOnce() -> Result<()>) -> c_int {
 
 fn size(name: &str, value: i64) -> Result<usize> {
     usize::try_from(value).map_err(|_| format!("{name} = {value}: expected >= 0"))
+}
+
+/// A LAPACK character argument, checked here so that errors name the C parameter.
+fn flag<F: Flag>(name: &str, value: c_char) -> Result<F> {
+    F::from_letter(value as u8)
+        .ok_or_else(|| format!("{name} = {}: expected {}", value as u8, F::expected()))
 }
 
 /// A LAPACK character flag, checked here so that errors name the C parameter.
@@ -250,7 +257,7 @@ pub(crate) unsafe fn getrf<T: LapackScalar>(
     core(getrf::getrf(workers(), InOut::in_place(a), ipiv, info))
 }
 
-pub(crate) unsafe fn potrf<T: Scalar>(
+pub(crate) unsafe fn potrf<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     uplo: c_char,
@@ -259,23 +266,11 @@ pub(crate) unsafe fn potrf<T: Scalar>(
     lda: i32,
     info: *mut i32,
 ) -> Result<()> {
-    let uplo_flag = char_flag("uplo", uplo, b"LU")?;
+    let uplo = flag::<Uplo>("uplo", uplo)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
-    let info = Output::new("info", info, batch, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    host::call(
-        ops::potrf::ferrax_cpu_potrf,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            int_buffer(vec![batch as i64], info.data),
-        ],
-        &[("uplo", uplo_flag)],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
+    let info = output("info", info, batch)?;
+    core(potrf::potrf(workers(), InOut::in_place(a), uplo, info))
 }
 
 pub(crate) unsafe fn geqrf<T: Scalar>(

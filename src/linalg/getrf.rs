@@ -54,7 +54,7 @@ pub fn getrf<T: LapackScalar>(
                     let info = info.try_into().expect("SIMD_GROUP infos");
                     // SAFETY: matrices of this task, which it alone touches.
                     unsafe {
-                        a.packed(first, SIMD_GROUP, &mut staged_group, |group, layout| {
+                        a.packed(first, SIMD_GROUP, true, &mut staged_group, |group, layout| {
                             lanes::getf2(group, rows, cols, layout, p, info, &mut lane_scratch)
                         })
                     };

@@ -265,9 +265,9 @@ impl<T: Copy> InOut<T> {
     }
 
     /// Runs `f(matrices, layout)` on matrices `first..first + count` as one packed array in
-    /// `layout` (the SIMD routines' operand): the result's own where it is packed (the input
-    /// copied in first), else `scratch` holding them column-major, read from the input and
-    /// written back to the result.
+    /// `layout` (the SIMD routines' operand): the result's own where it is packed column-major
+    /// (or row-major, if `row_major_too`), the input copied in first; else `scratch` holding
+    /// them column-major, read from the input and written back to the result.
     ///
     /// # Safety
     /// As [`InOut::column_major`], for every matrix of the group.
@@ -275,14 +275,16 @@ impl<T: Copy> InOut<T> {
         &self,
         first: usize,
         count: usize,
+        row_major_too: bool,
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T], Layout) -> R,
     ) -> R {
         let range = first..first + count;
-        if let (Some(layout), Some(group)) = (
-            self.output.packed_layout(),
-            self.output.packed_group(first, count),
-        ) {
+        let layout = self
+            .output
+            .packed_layout()
+            .filter(|&layout| row_major_too || layout == Layout::ColumnMajor);
+        if let (Some(layout), Some(group)) = (layout, self.output.packed_group(first, count)) {
             range.for_each(|b| self.input.copy_to(b, &self.output));
             return f(group, layout);
         }

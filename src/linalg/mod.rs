@@ -8,6 +8,7 @@ pub mod matrix;
 pub mod parallel;
 
 pub mod getrf;
+pub mod potrf;
 
 use crate::error::{Error, Result};
 use crate::ffi::NativeType;

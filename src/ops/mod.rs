@@ -22,7 +22,7 @@ use crate::ffi::{Platform, Registration};
 
 /// Every handler ferrax registers, for `ferrax_targets`.
 pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
-    [getrf::HANDLERS]
+    [getrf::HANDLERS, potrf::HANDLERS]
         .into_iter()
         .flatten()
         .flat_map(|h| h.iter())
@@ -32,8 +32,6 @@ pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
 const LEGACY: &[Registration] = &[
     Registration { target: threefry::TARGET, platform: Platform::Cpu, handler: threefry::ferrax_cpu_threefry2x32 },
     Registration { target: pivots::TARGET, platform: Platform::Cpu, handler: pivots::ferrax_cpu_lu_pivots_to_permutation },
-    Registration { target: potrf::TARGET, platform: Platform::Cpu, handler: potrf::ferrax_cpu_potrf },
-    Registration { target: potrf::FUSED_TARGET, platform: Platform::Cpu, handler: potrf::ferrax_cpu_cholesky },
     Registration { target: trsm::TARGET, platform: Platform::Cpu, handler: trsm::ferrax_cpu_trsm },
     Registration { target: qr::GEQRF_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqrf },
     Registration { target: qr::QR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_qr },
@@ -53,8 +51,6 @@ const LEGACY: &[Registration] = &[
     Registration { target: threefry::TARGET, platform: Platform::Cuda, handler: threefry::ferrax_cuda_threefry2x32 },
     Registration { target: threefry::BITS_TARGET, platform: Platform::Cuda, handler: threefry::ferrax_cuda_threefry2x32_bits },
     Registration { target: pivots::TARGET, platform: Platform::Cuda, handler: pivots::ferrax_cuda_lu_pivots_to_permutation },
-    Registration { target: potrf::TARGET, platform: Platform::Cuda, handler: potrf::ferrax_cuda_potrf },
-    Registration { target: potrf::FUSED_TARGET, platform: Platform::Cuda, handler: potrf::ferrax_cuda_cholesky },
     Registration { target: qr::GEQRF_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_geqrf },
     Registration { target: qr::QR_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_qr },
     Registration { target: qr::ORGQR_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_orgqr },

@@ -1,0 +1,44 @@
+//! Cholesky factorization.
+//! - `potrf`: jaxlib's `lapack_?potrf_ffi` contract: column-major `a` `[..., n, n]` in, the
+//!   factor in the `uplo` triangle (aliasing the input; the other triangle keeps the input) and
+//!   S32 `info` `[...]` out. Attribute `uplo`: u8 'L' or 'U'. The CUDA handler takes the same
+//!   contract (jaxlib's `cusolver_potrf_ffi` has a `lower` flag instead), except that past
+//!   ferrax's kernels, for more than one matrix, cuSOLVER's `potrfBatched` uses the other
+//!   triangle as workspace (as in jaxlib's target; jax reads the factor's triangle only).
+//! - `cholesky`: jax's whole `cholesky(x, symmetrize_input)` in one call on its row-major
+//!   arrays: `a` `[..., n, n]` in, `l` (not aliased) out: `tril(L)` of `(a + aᴴ)/2` (or of
+//!   `a`'s lower triangle), NaN on and below the diagonal where the factorization fails. jax's
+//!   rule needs an XLA pass over the batch for each of those steps.
+
+pub mod cpu;
+pub mod cuda;
+
+use crate::ffi::{Array, MatrixBatch, Matrices, NativeType, Result};
+use std::ffi::CStr;
+
+pub const POTRF: &CStr = c"ferrax_potrf";
+pub const CHOLESKY: &CStr = c"ferrax_cholesky";
+
+/// Checks potrf's `factor` and `info` against `a` (square matrices); returns a's shape.
+pub(crate) fn potrf_shapes<T: NativeType>(
+    a: &Matrices<'_, T>,
+    factor: &Matrices<'_, T>,
+    info: &Array<'_, i32>,
+) -> Result<MatrixBatch> {
+    a.expect_square()?;
+    factor.expect_dims(a.dims())?;
+    info.expect_dims(a.batch_dims())?;
+    Ok(a.shape)
+}
+
+/// Checks cholesky's `l` against `a` (square matrices); returns a's shape.
+pub(crate) fn cholesky_shapes<T: NativeType>(
+    a: &Matrices<'_, T>,
+    l: &Matrices<'_, T>,
+) -> Result<MatrixBatch> {
+    a.expect_square()?;
+    l.expect_dims(a.dims())?;
+    Ok(a.shape)
+}
+
+pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS, cuda::HANDLERS];
