@@ -47,35 +47,21 @@ from jax._src.random import threefry2x32 as jax_threefry
 # which must already be in place when install() saves the rules it replaces.
 from jax.experimental.sparse import _lowerings as sparse_lowerings
 
-from ferrax import _primitives, linalg, random
+from ferrax import _primitives, _targets as T, linalg, random
 from ferrax._lowering import batched_ffi_lowering
 from ferrax._registry import register
 
 _lock = threading.Lock()
 _saved: dict | None = None
 
-#: jaxlib's LAPACK function base name -> the ferrax target with the same contract.
+#: jaxlib's LAPACK function base name -> the ferrax target with the same contract (jax names
+#: the real and complex routines apart; one ferrax target takes all dtypes).
 _LAPACK_TARGETS = {
-    "getrf_ffi": _primitives.GETRF,
-    "potrf_ffi": "ferrax_potrf",
-    "trsm_ffi": "ferrax_trsm",
-    "geqrf_ffi": "ferrax_geqrf",
-    # jax names the real and complex routines apart; one ferrax target takes all dtypes.
-    "orgqr_ffi": "ferrax_orgqr",
-    "ungqr_ffi": "ferrax_orgqr",
-    "ormqr_ffi": "ferrax_ormqr",
-    "unmqr_ffi": "ferrax_ormqr",
-    "geqp3_ffi": "ferrax_geqp3",
-    "syevd_ffi": "ferrax_syevd",
-    "heevd_ffi": "ferrax_syevd",
-    "gesdd_ffi": "ferrax_gesdd",
-    "gehrd_ffi": "ferrax_gehrd",
-    "sytrd_ffi": "ferrax_sytrd",
-    "hetrd_ffi": "ferrax_sytrd",
-    "gesvd_ffi": "ferrax_gesvd",
-    "geev_ffi": "ferrax_geev",
-    "gees_ffi": "ferrax_gees",
-    "gtsv_ffi": "ferrax_gtsv",
+    "getrf_ffi": T.GETRF, "potrf_ffi": T.POTRF, "trsm_ffi": T.TRSM, "geqrf_ffi": T.GEQRF,
+    "orgqr_ffi": T.ORGQR, "ungqr_ffi": T.ORGQR, "ormqr_ffi": T.ORMQR, "unmqr_ffi": T.ORMQR,
+    "geqp3_ffi": T.GEQP3, "syevd_ffi": T.SYEVD, "heevd_ffi": T.SYEVD, "gesdd_ffi": T.GESDD,
+    "gesvd_ffi": T.GESVD, "gehrd_ffi": T.GEHRD, "sytrd_ffi": T.SYTRD, "hetrd_ffi": T.SYTRD,
+    "geev_ffi": T.GEEV, "gees_ffi": T.GEES, "gtsv_ffi": T.GTSV,
 }
 _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 
@@ -152,9 +138,9 @@ def _lu_rule(row_major, jax_prefix):
 _lu_cuda = _lu_rule(lambda aval: _ferrax_on_gpu("getrf", aval), "cu")
 
 #: Up to this order jax's whole cholesky on the GPU is one ferrax_cholesky call (its kernels,
-#: which fit every device's default shared memory in every dtype: FUSED_CHOLESKY_BLOCK_MAX in
-#: kernels-ptx/src/small.rs); larger orders take jax's steps.
-_GPU_FUSED_CHOLESKY_MAX = 48
+#: which fit every device's default shared memory in every dtype: the library's limit);
+#: larger orders take jax's steps.
+_GPU_FUSED_CHOLESKY_MAX = T.FUSED_CHOLESKY_BLOCK_MAX
 
 # ferrax's cholesky_p (what install() makes of jax's cholesky): one call in place of jax's
 # symmetrize, transposes, NaN select and tril, where ferrax takes potrf at all.
@@ -211,7 +197,7 @@ def _small_lapack_matrices(aval, limit):
             and np.dtype(aval.dtype) in _primitives.LAPACK_DTYPES)
 
 
-_getrf_row_major = batched_ffi_lowering(_primitives.GETRF_ROW_MAJOR, num_non_batch_dims=2,
+_getrf_row_major = batched_ffi_lowering(T.GETRF_ROW_MAJOR, num_non_batch_dims=2,
                                         column_major=False)
 
 #: Up to this order the CPU lu takes ferrax_getrf_row_major: each task moves its matrices to
@@ -302,15 +288,14 @@ def _tridiagonal_solve(ctx, dl, d, du, b, *, perturb_singular):
     if not perturb_singular:  # jax's rule, which names ?gtsv through prepare_lapack_call
         return _jax_tridiagonal_solve_cpu_lowering(ctx, dl, d, du, b, perturb_singular=False)
     # jax names this target outright; same operands, layouts and result as jax's rule.
-    rule = lax_linalg._linalg_ffi_lowering("ferrax_tridiagonal_solve_perturbed",
+    rule = lax_linalg._linalg_ffi_lowering(T.TRIDIAGONAL_SOLVE_PERTURBED,
                                            avals_out=[ctx.avals_in[-1]])
     return rule(ctx, dl, d, du, b)
 
 
 def _csr_spmm_cpu_lowering(ctx, data, outer_indices, inner_indices, rhs):
     # jax's rule with ferrax's target: same operands, layouts and (no) attributes.
-    return jax_ffi.ffi_lowering("ferrax_csr_sparse_dense")(ctx, data, outer_indices, inner_indices,
-                                                          rhs)
+    return jax_ffi.ffi_lowering(T.CSR_SPARSE_DENSE)(ctx, data, outer_indices, inner_indices, rhs)
 
 
 def _routes():

@@ -18,15 +18,8 @@ from jax._src.random import threefry2x32 as jax_threefry
 from jax._src.interpreters import ad, batching, mlir
 
 from ferrax._lowering import batched_ffi_lowering
-
-GETRF = "ferrax_getrf"
-GETRF_ROW_MAJOR = "ferrax_getrf_row_major"
-LU_PIVOTS_TO_PERMUTATION = "ferrax_lu_pivots_to_permutation"
-THREEFRY2X32 = "ferrax_threefry2x32"
-THREEFRY2X32_BITS = "ferrax_threefry2x32_bits"
-CHOLESKY_UPDATE = "ferrax_cholesky_update"
-CHOLESKY = "ferrax_cholesky"
-QR = "ferrax_qr"
+from ferrax._targets import (CHOLESKY, CHOLESKY_UPDATE, GETRF, LU_PIVOTS_TO_PERMUTATION, QR,
+                             THREEFRY2X32, THREEFRY2X32_BITS)
 
 LAPACK_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 
