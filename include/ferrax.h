@@ -59,6 +59,15 @@ typedef struct ferrax_target {
 } ferrax_target;
 const ferrax_target *ferrax_targets(size_t *count);
 
+/* Limits of ferrax's kernels that callers route by: `count` entries of (name, value), each
+ * named after its Rust constant (e.g. "FUSED_CHOLESKY_BLOCK_MAX", the largest order
+ * ferrax_cholesky takes on CUDA). */
+typedef struct ferrax_limit {
+  const char *name;
+  uint64_t value;
+} ferrax_limit;
+const ferrax_limit *ferrax_limits(size_t *count);
+
 /*
  * LU with partial pivoting of `batch` m x n matrices: `a` is overwritten by L and U,
  * `ipiv` (batch x min(m, n)) gets LAPACK's 1-based row swaps, `info` one code per matrix.

@@ -15,7 +15,7 @@ import pytest
 from jax import export
 
 import ferrax
-from ferrax import _primitives
+from ferrax import _install
 from helpers import assert_matches_stock
 
 FUSED = "ferrax_cholesky"
@@ -55,7 +55,7 @@ def test_matches_stock(n, symmetrize, dtype, random_matrix, assert_close):
     a[1, n // 2, n // 2] = -1  # fails at or before pivot n // 2
     a[2, n - 1, n - 1] = -n * 1e3  # fails at the last pivot
     fn = lambda a: jax.lax.linalg.cholesky(a, symmetrize_input=symmetrize)
-    fused = n <= _primitives.CPU_FUSED_CHOLESKY_MAX
+    fused = n <= _install.CPU_FUSED_CHOLESKY_MAX
     stock, ours = _stock_then_installed(fn, a, fused=fused,
                                         target=FUSED if fused else "ferrax_potrf")
     # jax's failure result: NaN on and below the diagonal, zeros above.

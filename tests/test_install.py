@@ -196,6 +196,38 @@ def test_install_uninstall_idempotent(random_matrix):
     assert ferrax.installed() and _hlo(jnp.linalg.det, a) == installed_hlo
 
 
+def test_uninstall_restores_every_patch():
+    """Each of install()'s patches (lowering rules on every platform, module attributes, the
+    batching rule, prepare_lapack_call) reads back what it read before install()."""
+    from ferrax import _install
+
+    assert not ferrax.installed()
+    before = [patch.get() for patch in _install._PATCHES]
+    ferrax.install()
+    try:
+        assert all(patch.get() is patch.new for patch in _install._PATCHES)
+    finally:
+        ferrax.uninstall()
+    after = [patch.get() for patch in _install._PATCHES]
+    assert all(a is b for a, b in zip(after, before))
+
+
+def test_target_names_and_limits_are_the_library_s():
+    """Python's target names are checked against libferrax's table and its kernel limits come
+    from the library: a name or limit the library lacks fails loudly."""
+    from ferrax import _library, _targets
+
+    table = {(name, platform.lower()) for name, platform, _ in _library.targets()}
+    assert (_targets.POTRF, "cuda") in table and (_targets.TRSM, "cpu") in table
+    assert _targets.FUSED_CHOLESKY_BLOCK_MAX == _library.limits()["FUSED_CHOLESKY_BLOCK_MAX"]
+    with pytest.raises(ImportError, match="ferrax_no_such_target"):
+        _targets._target("ferrax_no_such_target", "cpu")
+    with pytest.raises(ImportError, match="ferrax_trsm target for cuda"):
+        _targets._target("ferrax_trsm", "cpu", "cuda")
+    with pytest.raises(ImportError, match="NO_SUCH_LIMIT"):
+        _targets._limit("NO_SUCH_LIMIT")
+
+
 def test_install_recompiles_cached_functions(random_matrix):
     """A function jitted (and cached) before install runs on ferrax afterwards."""
     f = jax.jit(jnp.linalg.det)

@@ -23,6 +23,13 @@ class FerraxTarget(ctypes.Structure):
     ]
 
 
+class FerraxLimit(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("value", ctypes.c_uint64),
+    ]
+
+
 def _candidate_paths() -> list[pathlib.Path]:
     here = pathlib.Path(__file__).resolve().parent
     paths = []
@@ -52,6 +59,10 @@ def library() -> ctypes.CDLL:
             f"this package expects {ABI_VERSION}; rebuild the library")
     lib.ferrax_targets.restype = ctypes.POINTER(FerraxTarget)
     lib.ferrax_targets.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
+    if not hasattr(lib, "ferrax_limits"):
+        raise ImportError(f"ferrax: {path} predates the ferrax_limits table; rebuild the library")
+    lib.ferrax_limits.restype = ctypes.POINTER(FerraxLimit)
+    lib.ferrax_limits.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
     lib.ferrax_lapack_register.restype = ctypes.c_int
     lib.ferrax_lapack_register.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
     lib.ferrax_lapack_missing_count.restype = ctypes.c_size_t
@@ -64,6 +75,13 @@ def targets() -> list[tuple[str, str, int]]:
     table = library().ferrax_targets(ctypes.byref(count))
     return [(table[i].name.decode(), table[i].platform.decode(), table[i].handler)
             for i in range(count.value)]
+
+
+def limits() -> dict[str, int]:
+    """The library's kernel limits: Rust constant name -> value (``src/capi/limits.rs``)."""
+    count = ctypes.c_size_t()
+    table = library().ferrax_limits(ctypes.byref(count))
+    return {table[i].name.decode(): table[i].value for i in range(count.value)}
 
 
 def _capsule_pointer(capsule) -> tuple[str, int]:

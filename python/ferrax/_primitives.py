@@ -18,15 +18,8 @@ from jax._src.random import threefry2x32 as jax_threefry
 from jax._src.interpreters import ad, batching, mlir
 
 from ferrax._lowering import batched_ffi_lowering
-
-GETRF = "ferrax_getrf"
-GETRF_ROW_MAJOR = "ferrax_getrf_row_major"
-LU_PIVOTS_TO_PERMUTATION = "ferrax_lu_pivots_to_permutation"
-THREEFRY2X32 = "ferrax_threefry2x32"
-THREEFRY2X32_BITS = "ferrax_threefry2x32_bits"
-CHOLESKY_UPDATE = "ferrax_cholesky_update"
-CHOLESKY = "ferrax_cholesky"
-QR = "ferrax_qr"
+from ferrax._targets import (CHOLESKY, CHOLESKY_UPDATE, GETRF, LU_PIVOTS_TO_PERMUTATION, QR,
+                             THREEFRY2X32, THREEFRY2X32_BITS)
 
 LAPACK_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 
@@ -204,11 +197,6 @@ qr_p = _primitive(QR, _qr_abstract_eval, _on("cpu", "cuda")(qr_lowering))
 #: points jax's name at ferrax's.
 _jax_cholesky = lax_linalg.cholesky
 
-#: Up to this order the CPU lowering of :data:`cholesky_p` is one ``ferrax_cholesky`` call;
-#: larger matrices take jax's steps (the factorization outweighs XLA's passes there, and XLA
-#: spreads its passes over the cores where one big matrix would leave them to one task).
-CPU_FUSED_CHOLESKY_MAX = 128
-
 
 def _cholesky_abstract_eval(a, *, symmetrize_input):
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
@@ -220,25 +208,11 @@ def _cholesky_abstract_eval(a, *, symmetrize_input):
     return core.ShapedArray(a.shape, a.dtype)
 
 
+#: jax's steps, and one ``ferrax_cholesky`` call: the rules ``_install``'s routing table chooses
+#: between, per platform and order (jax's steps alone where it has no row).
 cholesky_reference_lowering = mlir.lower_fun(_jax_cholesky, multiple_results=False)
 cholesky_fused_lowering = batched_ffi_lowering(CHOLESKY, num_non_batch_dims=2,
                                                 column_major=False)
-
-
-def cholesky_rule(fused):
-    """A lowering rule for :data:`cholesky_p`: one ``ferrax_cholesky`` call where
-    ``fused(aval)`` holds for its operand, jax's steps elsewhere."""
-
-    def rule(ctx, a, *, symmetrize_input):
-        if fused(ctx.avals_in[0]):
-            return cholesky_fused_lowering(ctx, a, symmetrize_input=symmetrize_input)
-        return cholesky_reference_lowering(ctx, a, symmetrize_input=symmetrize_input)
-
-    return rule
-
-
-_cholesky_cpu_lowering = cholesky_rule(
-    lambda aval: core.is_constant_dim(aval.shape[-1]) and aval.shape[-1] <= CPU_FUSED_CHOLESKY_MAX)
 
 
 def _cholesky_jvp(primals, tangents, *, symmetrize_input):
@@ -249,9 +223,8 @@ def _cholesky_jvp(primals, tangents, *, symmetrize_input):
 
 #: jax's ``cholesky(a, symmetrize_input=...)`` as one primitive: the lower factor of
 #: ``(a + aᴴ)/2`` (or of ``a``'s lower triangle) with zeros above, NaN below where the
-#: factorization fails. On CPU one ``ferrax_cholesky`` call; on CUDA the same after
-#: ``install()`` for small orders (``_install._cholesky_fused_cuda``); elsewhere jax's steps.
-cholesky_p = _primitive(CHOLESKY, _cholesky_abstract_eval, {"cpu": _cholesky_cpu_lowering},
-                        multiple_results=False)
+#: factorization fails. On CPU one ``ferrax_cholesky`` call for small orders; on CUDA the same
+#: after ``install()``; elsewhere jax's steps (``_install``'s routing table).
+cholesky_p = _primitive(CHOLESKY, _cholesky_abstract_eval, {}, multiple_results=False)
 mlir.register_lowering(cholesky_p, cholesky_reference_lowering)
 ad.primitive_jvps[cholesky_p] = _cholesky_jvp

@@ -1,13 +1,15 @@
-//! Exported C symbols besides the handlers: the target table the Python package registers
-//! from, and the LAPACK table's fillers.
+//! Exported C symbols besides the handlers: the target and limit tables the Python package
+//! reads, and the LAPACK table's fillers.
 
 pub mod catalyst;
 mod host;
 mod lapack;
+mod limits;
 pub mod linalg;
 mod pool;
 mod targets;
 
+pub use limits::{ferrax_limits, FerraxLimit};
 pub use targets::{ferrax_targets, FerraxTarget};
 
 /// Bumped whenever an exported symbol changes signature or meaning.

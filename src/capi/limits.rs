@@ -1,0 +1,42 @@
+//! The table of (name, value) for the limits of ferrax's kernels that callers route by, so
+//! that the Python package reads them instead of copying them. Each value is the Rust constant
+//! itself and each name is that constant's.
+
+use ferrax_kernels::small::FUSED_CHOLESKY_BLOCK_MAX;
+use std::ffi::c_char;
+
+#[repr(C)]
+pub struct FerraxLimit {
+    /// NUL-terminated name of the Rust constant, e.g. `FUSED_CHOLESKY_BLOCK_MAX`.
+    pub name: *const c_char,
+    pub value: u64,
+}
+
+// The table only holds pointers to static strings.
+unsafe impl Sync for FerraxLimit {}
+
+macro_rules! limits {
+    ($($constant:ident),* $(,)?) => {
+        static LIMITS: &[FerraxLimit] = &[$(FerraxLimit {
+            name: concat!(stringify!($constant), "\0").as_ptr() as *const c_char,
+            value: $constant as u64,
+        }),*];
+    };
+}
+
+limits!(
+    // The largest order ferrax_cholesky takes on CUDA (its fused kernels).
+    FUSED_CHOLESKY_BLOCK_MAX,
+);
+
+/// Returns the limits table and writes its length to `count`.
+///
+/// # Safety
+/// `count` must be null or point to writable memory.
+#[no_mangle]
+pub unsafe extern "C" fn ferrax_limits(count: *mut usize) -> *const FerraxLimit {
+    if let Some(count) = count.as_mut() {
+        *count = LIMITS.len();
+    }
+    LIMITS.as_ptr()
+}
