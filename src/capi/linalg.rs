@@ -11,7 +11,8 @@
 use super::host::{self, AttrValue, BufferArg};
 use crate::ffi::{DataType, NativeType};
 use crate::linalg::matrix::{Batch, InOut, Layout};
-use crate::linalg::flags::{Flag, Uplo};
+use crate::linalg::flags::{Flag, Side, Uplo};
+use crate::linalg::trsm::{self, TrsmFlags};
 use crate::linalg::{getrf, potrf, LapackScalar};
 use crate::ops::{self, Scalar};
 use super::pool::workers;
@@ -340,7 +341,7 @@ pub(crate) unsafe fn orgqr<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the BLAS argument list
-pub(crate) unsafe fn trsm<T: Scalar>(
+pub(crate) unsafe fn trsm<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     side: c_char,
@@ -354,37 +355,21 @@ pub(crate) unsafe fn trsm<T: Scalar>(
     b: *mut T,
     ldb: i32,
 ) -> Result<()> {
-    let side_flag = char_flag("side", side, b"LR")?;
-    let uplo_flag = char_flag("uplo", uplo, b"LU")?;
-    let trans_flag = char_flag("trans", trans, b"NTC")?;
-    let diag_flag = char_flag("diag", diag, b"NU")?;
+    let flags = TrsmFlags {
+        side: flag("side", side)?,
+        uplo: flag("uplo", uplo)?,
+        trans: flag("trans", trans)?,
+        diag: flag("diag", diag)?,
+    };
     let (batch, m, n) = (
         size("batch", batch)?,
         size("m", m.into())?,
         size("n", n.into())?,
     );
-    let k = if side as u8 == b'R' { n } else { m };
-    let a = Matrices::new("a", layout, [batch, k, k], a.cast_mut(), lda)?;
-    let b = Matrices::new("b", layout, [batch, m, n], b, ldb)?;
-    let mut packed_a = a.pack();
-    let mut packed_b = b.pack();
-    let data_b = packed_b.as_mut_ptr();
-    host::call(
-        ops::trsm::ferrax_cpu_trsm,
-        &[
-            buffer(a.dims(), packed_a.as_mut_ptr()),
-            buffer(b.dims(), data_b),
-        ],
-        &[buffer(b.dims(), data_b)],
-        &[
-            ("side", side_flag),
-            ("uplo", uplo_flag),
-            ("trans_x", trans_flag),
-            ("diag", diag_flag),
-        ],
-    )?;
-    b.unpack(&packed_b);
-    Ok(())
+    let k = if flags.side == Side::Right { n } else { m };
+    let a = Matrices::new("a", layout, [batch, k, k], a.cast_mut(), lda)?.view();
+    let b = Matrices::new("b", layout, [batch, m, n], b, ldb)?.view();
+    core(trsm::trsm(workers(), flags, a, InOut::in_place(b)))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list

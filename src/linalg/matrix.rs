@@ -178,6 +178,20 @@ impl<T: Copy> Batch<T> {
         }
     }
 
+    /// Matrix `b` as a column-major matrix and its leading dimension, for reading: where it is
+    /// if LAPACK can take it there, else copied into `scratch` (grown as needed).
+    ///
+    /// # Safety
+    /// `b < count`; nothing writes the matrix while the slice lives.
+    pub unsafe fn column_major<'s>(&self, b: usize, scratch: &'s mut Vec<T>) -> (&'s [T], usize) {
+        if let Some(ld) = self.lapack_ld() {
+            return (self.matrix_span(b), ld);
+        }
+        let staged = stage(scratch, self.rows * self.cols, self.ptr);
+        self.gather(b, staged);
+        (staged, self.rows.max(1))
+    }
+
     /// Copies matrix `b` of `self` to matrix `b` of `to` (same shape, any strides); nothing
     /// to do when they are the same memory.
     ///

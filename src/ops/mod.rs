@@ -22,7 +22,7 @@ use crate::ffi::{Platform, Registration};
 
 /// Every handler ferrax registers, for `ferrax_targets`.
 pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
-    [getrf::HANDLERS, potrf::HANDLERS]
+    [getrf::HANDLERS, potrf::HANDLERS, trsm::HANDLERS]
         .into_iter()
         .flatten()
         .flat_map(|h| h.iter())
@@ -32,7 +32,6 @@ pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
 const LEGACY: &[Registration] = &[
     Registration { target: threefry::TARGET, platform: Platform::Cpu, handler: threefry::ferrax_cpu_threefry2x32 },
     Registration { target: pivots::TARGET, platform: Platform::Cpu, handler: pivots::ferrax_cpu_lu_pivots_to_permutation },
-    Registration { target: trsm::TARGET, platform: Platform::Cpu, handler: trsm::ferrax_cpu_trsm },
     Registration { target: qr::GEQRF_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqrf },
     Registration { target: qr::QR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_qr },
     Registration { target: qr::ORGQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_orgqr },
