@@ -11,7 +11,8 @@
 use super::host::{self, AttrValue, BufferArg};
 use crate::ffi::{DataType, NativeType};
 use crate::linalg::matrix::{Batch, InOut, Layout};
-use crate::linalg::flags::{Flag, Side, Uplo};
+use crate::linalg::flags::{Flag, Side, Trans, Uplo};
+use crate::linalg::qr::{self, Geqp3};
 use crate::linalg::trsm::{self, TrsmFlags};
 use crate::linalg::{getrf, potrf, LapackScalar};
 use crate::ops::{self, Scalar};
@@ -189,6 +190,20 @@ unsafe fn output<'a, T>(name: &str, data: *mut T, len: usize) -> Result<&'a mut 
     Ok(std::slice::from_raw_parts_mut(data, len))
 }
 
+/// The caller's contiguous array `name` of `len` elements, for an operand.
+///
+/// # Safety
+/// `data` is null or points to `len` elements that nothing writes meanwhile.
+unsafe fn input<'a, T>(name: &str, data: *const T, len: usize) -> Result<&'a [T]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if data.is_null() {
+        return Err(format!("{name} is null"));
+    }
+    Ok(std::slice::from_raw_parts(data, len))
+}
+
 /// A core's result as the C ABI reports it.
 fn core(result: crate::error::Result<()>) -> Result<()> {
     result.map_err(|error| error.message)
@@ -274,7 +289,7 @@ pub(crate) unsafe fn potrf<T: LapackScalar>(
     core(potrf::potrf(workers(), InOut::in_place(a), uplo, info))
 }
 
-pub(crate) unsafe fn geqrf<T: Scalar>(
+pub(crate) unsafe fn geqrf<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     m: i32,
@@ -288,26 +303,13 @@ pub(crate) unsafe fn geqrf<T: Scalar>(
         size("m", m.into())?,
         size("n", n.into())?,
     );
-    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
-    let k = m.min(n);
-    let tau = Output::new("tau", tau, batch * k, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    host::call(
-        ops::qr::ferrax_cpu_geqrf,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            buffer(vec![batch as i64, k as i64], tau.data),
-        ],
-        &[],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?.view();
+    let tau = output("tau", tau, batch * m.min(n))?;
+    core(qr::geqrf(workers(), InOut::in_place(a), tau))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn orgqr<T: Scalar>(
+pub(crate) unsafe fn orgqr<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     m: i32,
@@ -324,20 +326,11 @@ pub(crate) unsafe fn orgqr<T: Scalar>(
         size("k", k.into())?,
     );
     let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
-    let tau = Output::new("tau", tau.cast_mut(), batch * k, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    host::call(
-        ops::qr::ferrax_cpu_orgqr,
-        &[
-            buffer(a.dims(), data),
-            buffer(vec![batch as i64, k as i64], tau.data),
-        ],
-        &[buffer(a.dims(), data)],
-        &[],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let tau = input("tau", tau, batch * k)?;
+    if m < n || k > n {
+        return Err(format!("m = {m}, n = {n}, k = {k}: expected m >= n >= k"));
+    }
+    core(qr::orgqr(workers(), InOut::in_place(a.view()), k, tau))
 }
 
 #[allow(clippy::too_many_arguments)] // the BLAS argument list
@@ -619,7 +612,7 @@ pub(crate) unsafe fn sytrd<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn ormqr<T: Scalar>(
+pub(crate) unsafe fn ormqr<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     side: c_char,
@@ -633,52 +626,33 @@ pub(crate) unsafe fn ormqr<T: Scalar>(
     c: *mut T,
     ldc: i32,
 ) -> Result<()> {
-    // The handler takes booleans; the characters are checked so that errors name them.
-    char_flag("side", side, b"LR")?;
+    let side = flag::<Side>("side", side)?;
     // As LAPACK: complex Q has no plain transpose ('C' is its conjugate transpose).
     char_flag(
         "trans",
         trans,
         if T::DTYPE.is_complex() { b"NC" } else { b"NTC" },
     )?;
-    let (left, transpose) = (side as u8 == b'L', trans as u8 != b'N');
+    let trans = if trans as u8 == b'N' { Trans::No } else { Trans::Transpose };
     let (batch, m, n, k) = (
         size("batch", batch)?,
         size("m", m.into())?,
         size("n", n.into())?,
         size("k", k.into())?,
     );
-    let a = Matrices::new(
-        "a",
-        layout,
-        [batch, if left { m } else { n }, k],
-        a.cast_mut(),
-        lda,
-    )?;
-    let tau = Output::new("tau", tau.cast_mut(), batch * k, false)?;
+    let q_order = if side == Side::Left { m } else { n };
+    let a = Matrices::new("a", layout, [batch, q_order, k], a.cast_mut(), lda)?;
+    let tau = input("tau", tau, batch * k)?;
     let c = Matrices::new("c", layout, [batch, m, n], c, ldc)?;
-    let mut packed_a = a.pack();
-    let mut packed_c = c.pack();
-    let data_c = packed_c.as_mut_ptr();
-    host::call(
-        ops::qr::ferrax_cpu_ormqr,
-        &[
-            buffer(a.dims(), packed_a.as_mut_ptr()),
-            buffer(vec![batch as i64, k as i64], tau.data),
-            buffer(c.dims(), data_c),
-        ],
-        &[buffer(c.dims(), data_c)],
-        &[
-            ("left", AttrValue::Bool(left)),
-            ("transpose", AttrValue::Bool(transpose)),
-        ],
-    )?;
-    c.unpack(&packed_c);
-    Ok(())
+    if k > q_order {
+        return Err(format!("k = {k}: expected <= {q_order}, the order of Q"));
+    }
+    let c = InOut::in_place(c.view());
+    core(qr::ormqr(workers(), side, trans, a.view(), k, tau, c))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn geqp3<T: Scalar>(
+pub(crate) unsafe fn geqp3<T: Geqp3>(
     layout: c_int,
     batch: i64,
     m: i32,
@@ -693,28 +667,10 @@ pub(crate) unsafe fn geqp3<T: Scalar>(
         size("m", m.into())?,
         size("n", n.into())?,
     );
-    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
-    let jpvt = Output::new("jpvt", jpvt, batch * n, false)?;
-    let k = m.min(n);
-    let tau = Output::new("tau", tau, batch * k, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    let pivots = int_buffer(vec![batch as i64, n as i64], jpvt.data);
-    host::call(
-        ops::qr::ferrax_cpu_geqp3,
-        &[
-            buffer(a.dims(), data),
-            int_buffer(vec![batch as i64, n as i64], jpvt.data),
-        ],
-        &[
-            buffer(a.dims(), data),
-            pivots,
-            buffer(vec![batch as i64, k as i64], tau.data),
-        ],
-        &[],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?.view();
+    let jpvt = output("jpvt", jpvt, batch * n)?;
+    let tau = output("tau", tau, batch * m.min(n))?;
+    core(qr::geqp3(workers(), InOut::in_place(a), jpvt, tau))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
@@ -958,7 +914,7 @@ pub(crate) unsafe fn gtsv_perturbed<T: Scalar>(
 }
 
 /// A pointer to `len` elements that must not be null unless `len` is 0.
-fn input<T>(name: &str, data: *const T, len: usize) -> Result<*mut T> {
+fn input_ptr<T>(name: &str, data: *const T, len: usize) -> Result<*mut T> {
     if data.is_null() && len > 0 {
         return Err(format!("{name} is null"));
     }
@@ -993,10 +949,10 @@ pub(crate) unsafe fn csrmm<T: Scalar>(
         // Nothing to compute: no row of `out`, or no column.
         return Ok(());
     }
-    let data = input("data", data, nnz)?;
-    let indptr = input("indptr", indptr, rows + 1)?;
-    let indices = input("indices", indices, nnz)?;
-    let rhs = input("rhs", rhs, rhs_len)?;
+    let data = input_ptr("data", data, nnz)?;
+    let indptr = input_ptr("indptr", indptr, rows + 1)?;
+    let indices = input_ptr("indices", indices, nnz)?;
+    let rhs = input_ptr("rhs", rhs, rhs_len)?;
     let out = Output::new("out", out, out_len, false)?;
     // Computed aside, so that a bad index (an error) leaves `out` as it was.
     let mut product = vec![T::default(); out_len];

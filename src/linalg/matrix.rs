@@ -77,6 +77,14 @@ impl<T: Copy> Batch<T> {
         self.ptr
     }
 
+    /// The first `cols` columns of each matrix, as a view of their own.
+    pub fn leading_columns(&self, cols: usize) -> Self {
+        Batch {
+            cols: cols.min(self.cols),
+            ..*self
+        }
+    }
+
     /// The leading dimension with which LAPACK can take the matrices where they are (column
     /// after column, each `ld ≥ max(1, rows)` elements apart), if it can.
     pub fn lapack_ld(&self) -> Option<usize> {
@@ -274,6 +282,29 @@ impl<T: Copy> InOut<T> {
         // Where the two are one memory, this reads the result's own elements before writing.
         self.input.gather(b, staged);
         let result = f(staged, rows.max(1));
+        self.output.scatter(b, staged);
+        result
+    }
+
+    /// [`InOut::column_major`] for routines that take packed matrices only (leading
+    /// dimension `rows`): `f(a)`, staged unless the result is packed so.
+    ///
+    /// # Safety
+    /// As [`InOut::column_major`].
+    pub unsafe fn packed_column_major<R>(
+        &self,
+        b: usize,
+        scratch: &mut Vec<T>,
+        f: impl FnOnce(&mut [T]) -> R,
+    ) -> R {
+        let rows = self.input.rows;
+        if self.output.lapack_ld() == Some(rows.max(1)) {
+            self.input.copy_to(b, &self.output);
+            return f(self.output.matrix_span(b));
+        }
+        let staged = stage(scratch, rows * self.input.cols, self.input.ptr);
+        self.input.gather(b, staged);
+        let result = f(staged);
         self.output.scatter(b, staged);
         result
     }

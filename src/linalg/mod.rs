@@ -9,6 +9,7 @@ pub mod parallel;
 
 pub mod getrf;
 pub mod potrf;
+pub mod qr;
 pub mod trsm;
 
 use crate::error::{Error, Result};

@@ -35,11 +35,9 @@ pub fn potrf<T: LapackScalar>(
         )));
     }
     let info = SharedMut(info.as_mut_ptr());
-    factor_batch(pool, count, n, uplo.is_lower(), &|range| {
-        // SAFETY: the task's own matrices and infos.
-        let done = |b: usize, status: i32| unsafe { *info.at(b) = status };
-        Ok((InPlaceFactors(a), done))
-    })
+    // SAFETY: each task's own infos.
+    let done = |b: usize, status: i32| unsafe { *info.at(b) = status };
+    factor_batch(pool, count, n, uplo.is_lower(), InPlaceFactors(a), &done)
 }
 
 /// jax's `cholesky(x, symmetrize_input)` of the `count` row-major `n × n` matrices in `x`:
@@ -75,7 +73,7 @@ pub fn cholesky<T: LapackScalar>(
             failed(unsafe { out.slice(b * n * n, n * n) }, n);
         }
     };
-    factor_batch(pool, count, n, false, &|_| Ok((fused, done)))
+    factor_batch(pool, count, n, false, fused, &done)
 }
 
 /// Where [`factor_batch`] finds the matrices it factors, column-major: one (with its leading
@@ -165,18 +163,20 @@ impl<T: LapackScalar> Factors<T> for FusedCholesky<'_, T> {
     }
 }
 
-/// Factors matrices `0..count` (order `n`, the `lower` or upper triangle) on `pool`: each
-/// chunk's `task(range)` says where its matrices are and takes each one's `info`.
-fn factor_batch<T: LapackScalar, F: Factors<T>, D: Fn(usize, i32)>(
+/// Factors matrices `0..count` (order `n`, the `lower` or upper triangle) of `matrices` on
+/// `pool`, handing each one's `info` to `done(b, info)`.
+fn factor_batch<T: LapackScalar, F: Factors<T> + Sync>(
     pool: &dyn Pool,
     count: usize,
     n: usize,
     lower: bool,
-    task: &(dyn Fn(std::ops::Range<usize>) -> Result<(F, D)> + Sync),
+    matrices: F,
+    done: &(dyn Fn(usize, i32) + Sync),
 ) -> Result<()> {
     if count == 0 || n == 0 {
         // Nothing to factor (LAPACK's quick return); an empty matrix's info is 0.
-        return task(0..count).map(|(_, done)| (0..count).for_each(|b| done(b, 0)));
+        (0..count).for_each(|b| done(b, 0));
+        return Ok(());
     }
     let order = lapack_int("order", n)?;
     let lapack = if n > SMALL_MAX {
@@ -187,7 +187,6 @@ fn factor_batch<T: LapackScalar, F: Factors<T>, D: Fn(usize, i32)>(
     let uplo = if lower { b'L' } else { b'U' } as c_char;
     let flops = (n.pow(3) / 3).max(1);
     for_each_chunk(pool, count, flops, &|range| {
-        let (matrices, done) = task(range.clone())?;
         let mut staged = Vec::new();
         // SAFETY (each closure): the chunk's matrices belong to this task alone.
         let one = |b: usize, staged: &mut Vec<T>| unsafe {

@@ -22,7 +22,7 @@ use crate::ffi::{Platform, Registration};
 
 /// Every handler ferrax registers, for `ferrax_targets`.
 pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
-    [getrf::HANDLERS, potrf::HANDLERS, trsm::HANDLERS]
+    [getrf::HANDLERS, potrf::HANDLERS, qr::HANDLERS, trsm::HANDLERS]
         .into_iter()
         .flatten()
         .flat_map(|h| h.iter())
@@ -32,11 +32,6 @@ pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
 const LEGACY: &[Registration] = &[
     Registration { target: threefry::TARGET, platform: Platform::Cpu, handler: threefry::ferrax_cpu_threefry2x32 },
     Registration { target: pivots::TARGET, platform: Platform::Cpu, handler: pivots::ferrax_cpu_lu_pivots_to_permutation },
-    Registration { target: qr::GEQRF_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqrf },
-    Registration { target: qr::QR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_qr },
-    Registration { target: qr::ORGQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_orgqr },
-    Registration { target: qr::ORMQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_ormqr },
-    Registration { target: qr::GEQP3_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqp3 },
     Registration { target: eigh::TARGET, platform: Platform::Cpu, handler: eigh::ferrax_cpu_syevd },
     Registration { target: hessenberg::TARGET, platform: Platform::Cpu, handler: hessenberg::ferrax_cpu_gehrd },
     Registration { target: tridiagonal::TARGET, platform: Platform::Cpu, handler: tridiagonal::ferrax_cpu_sytrd },
@@ -50,10 +45,6 @@ const LEGACY: &[Registration] = &[
     Registration { target: threefry::TARGET, platform: Platform::Cuda, handler: threefry::ferrax_cuda_threefry2x32 },
     Registration { target: threefry::BITS_TARGET, platform: Platform::Cuda, handler: threefry::ferrax_cuda_threefry2x32_bits },
     Registration { target: pivots::TARGET, platform: Platform::Cuda, handler: pivots::ferrax_cuda_lu_pivots_to_permutation },
-    Registration { target: qr::GEQRF_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_geqrf },
-    Registration { target: qr::QR_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_qr },
-    Registration { target: qr::ORGQR_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_orgqr },
-    Registration { target: qr::ORMQR_TARGET, platform: Platform::Cuda, handler: qr::ferrax_cuda_ormqr },
     Registration { target: cholesky_update::TARGET, platform: Platform::Cuda, handler: cholesky_update::ferrax_cuda_cholesky_update },
 ];
 

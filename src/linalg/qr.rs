@@ -1,0 +1,567 @@
+//! QR by Householder reflectors: LAPACK's `?geqrf`, `?orgqr`/`?ungqr`, `?ormqr`/`?unmqr` and
+//! `?geqp3` on batches in any layout, and jax's whole `qr` (R, then Q from the reflectors, per
+//! matrix in cache).
+
+use super::flags::{Flag, Side, Trans};
+use super::matrix::{Batch, InOut};
+use super::parallel::{for_each_chunk, for_each_parallel, Pool, SharedMut};
+use super::{lapack_int, query_lwork, routine, LapackScalar};
+use crate::error::{Error, Result};
+use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
+use ferrax_kernels::small::qr as small_qr;
+use num_complex::Complex;
+use std::ffi::c_char;
+
+/// Up to this many rows and columns geqrf and orgqr run in Rust ([`small_qr::geqr2`],
+/// [`small_qr::org2r`]: LAPACK's unblocked algorithms and formats, as ferrax's GPU kernels
+/// compute them) instead of one OpenBLAS call per matrix, whose overhead and lock contention
+/// between threads dominate there.
+pub const SMALL_MAX: usize = 16;
+
+/// Up to this order of Q, `?ormqr` gets the minimum workspace and so applies the reflectors
+/// one at a time (`?orm2r`): the blocked path's many small BLAS-3 calls each take OpenBLAS's
+/// buffer lock, and with two threads contending for it they cost more than they save (n = 64,
+/// 2 threads: f32 0.65× → 1.04× of stock jaxlib, f64 0.68× → 1.34×, c128 1.30× → 1.68×; at
+/// 128 the blocked path is ahead again).
+const ORMQR_UNBLOCKED_MAX: usize = 64;
+
+/// The routines here return `info < 0` only for an invalid argument, which the callers' checks
+/// rule out: such a failure is a bug here, not a property of the input.
+fn check_info(routine: &str, info: i32) -> Result<()> {
+    if info == 0 {
+        Ok(())
+    } else {
+        Err(Error::internal(format!(
+            "LAPACK {routine} failed with info {info}"
+        )))
+    }
+}
+
+fn expect_len(what: &str, len: usize, expected: usize) -> Result<()> {
+    if len == expected {
+        return Ok(());
+    }
+    Err(Error::internal(format!(
+        "{what}: {len} elements, expected {expected}"
+    )))
+}
+
+/// Householder QR of every `m × n` matrix of `a` into `a.output` (R on and above the
+/// diagonal, the reflectors below it) and its `min(m, n)` taus into `tau`.
+pub fn geqrf<T: LapackScalar>(pool: &dyn Pool, a: InOut<T>, tau: &mut [T]) -> Result<()> {
+    let (count, rows, cols) = (a.input.count(), a.input.rows(), a.input.cols());
+    let k = rows.min(cols);
+    expect_len("geqrf tau", tau.len(), count * k)?;
+    // An empty matrix has nothing to factor (LAPACK would return at once) and no taus.
+    if count == 0 || k == 0 {
+        // SAFETY: every matrix of the views, on this thread alone.
+        (0..count).for_each(|b| unsafe { a.input.copy_to(b, &a.output) });
+        return Ok(());
+    }
+    let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
+    let tau = SharedMut(tau.as_mut_ptr());
+    let flops = (rows * cols).saturating_mul(2 * k);
+    if rows.max(cols) <= SMALL_MAX {
+        return for_each_parallel(pool, count, flops, &|b| {
+            let mut staged = Vec::new();
+            // SAFETY: matrix `b` and its taus, which this task alone touches; geqr2 takes
+            // packed matrices, so the matrix is staged unless it is packed.
+            unsafe {
+                let tau = tau.slice(b * k, k);
+                a.packed_column_major(b, &mut staged, |a| small_qr::geqr2(a, rows, cols, tau));
+            }
+            Ok(())
+        });
+    }
+    let geqrf = routine(T::geqrf())?;
+    // Every matrix has the same shape, so one query sizes the workspace of all.
+    let mut dummy = [T::default(); 1];
+    let d = dummy.as_mut_ptr();
+    // SAFETY: a query only writes `work[0]` and `info`.
+    let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
+        geqrf(&m, &n, d, &m.max(1), d, work, lwork, info)
+    })?;
+    for_each_chunk(pool, count, flops, &|range| {
+        let mut work = vec![T::default(); lwork as usize];
+        let (mut staged, mut info) = (Vec::new(), 0);
+        for b in range {
+            // SAFETY: matrix `b` and its taus are written by this task alone; LAPACK touches
+            // the m×n matrix (leading dimension `ld`), `k` taus and `lwork` elements of `work`.
+            unsafe {
+                a.column_major(b, &mut staged, |a, ld| {
+                    let ld = ld as i32;
+                    let (a, tau, work) = (a.as_mut_ptr(), tau.at(b * k), work.as_mut_ptr());
+                    geqrf(&m, &n, a, &ld, tau, work, &lwork, &mut info)
+                })
+            };
+            check_info("geqrf", info)?;
+        }
+        Ok(())
+    })
+}
+
+/// The first `n` columns of Q (`m × m`, `m ≥ n`) from the `k ≤ n` reflectors of each matrix
+/// of `a` and their taus `tau` (`k` per matrix), into `a.output`.
+pub fn orgqr<T: LapackScalar>(pool: &dyn Pool, a: InOut<T>, k: usize, tau: &[T]) -> Result<()> {
+    let (count, rows, cols) = (a.input.count(), a.input.rows(), a.input.cols());
+    expect_len("orgqr tau", tau.len(), count * k)?;
+    if rows < cols || k > cols {
+        return Err(Error::internal(format!(
+            "orgqr: {rows}×{cols} matrices with {k} reflectors"
+        )));
+    }
+    // No columns to form (m >= n, so this covers m = 0). With k = 0 LAPACK still has work to
+    // do: Q is then the first n columns of the identity.
+    if count == 0 || cols == 0 {
+        // SAFETY: every matrix of the views, on this thread alone.
+        (0..count).for_each(|b| unsafe { a.input.copy_to(b, &a.output) });
+        return Ok(());
+    }
+    let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
+    let reflectors = lapack_int("reflectors", k)?;
+    let flops = (rows * cols).saturating_mul(2 * k.max(1));
+    if rows <= SMALL_MAX {
+        return for_each_parallel(pool, count, flops, &|b| {
+            let mut staged = Vec::new();
+            // SAFETY: matrix `b`, which this task alone touches.
+            unsafe {
+                a.column_major(b, &mut staged, |a, ld| {
+                    small_qr::org2r(a, rows, cols, ld, k, &tau[b * k..(b + 1) * k])
+                })
+            };
+            Ok(())
+        });
+    }
+    let orgqr = routine(T::orgqr())?;
+    let mut dummy = [T::default(); 1];
+    let d = dummy.as_mut_ptr();
+    // Every matrix has the same shape, so one query sizes the workspace of all.
+    // SAFETY: a query only writes `work[0]` and `info`.
+    let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
+        orgqr(&m, &n, &reflectors, d, &m, tau.as_ptr(), work, lwork, info)
+    })?;
+    for_each_chunk(pool, count, flops, &|range| {
+        let mut work = vec![T::default(); lwork as usize];
+        let (mut staged, mut info) = (Vec::new(), 0);
+        for b in range {
+            // SAFETY: matrix `b` is written by this task alone; LAPACK touches the m×n matrix
+            // (leading dimension `ld`), reads `k` taus and uses `lwork` elements of `work`.
+            unsafe {
+                a.column_major(b, &mut staged, |a, ld| {
+                    let ld = ld as i32;
+                    let (a, tau, work) = (a.as_mut_ptr(), tau[b * k..].as_ptr(), work.as_mut_ptr());
+                    orgqr(&m, &n, &reflectors, a, &ld, tau, work, &lwork, &mut info)
+                })
+            };
+            check_info("orgqr", info)?;
+        }
+        Ok(())
+    })
+}
+
+/// `Q·C`, `Qᴴ·C` (`side` left), `C·Q` or `C·Qᴴ` for every matrix of `c`, into `c.output`,
+/// Q (of C's row count from the left, its column count from the right) made of the first `k`
+/// reflectors (columns) of the matrix of `a` and their taus in `tau`. `trans` is
+/// [`Trans::Transpose`] for Qᴴ in every dtype, as jax's `transpose`.
+pub fn ormqr<T: LapackScalar>(
+    pool: &dyn Pool,
+    side: Side,
+    trans: Trans,
+    a: Batch<T>,
+    k: usize,
+    tau: &[T],
+    c: InOut<T>,
+) -> Result<()> {
+    let (count, rows, cols) = (c.input.count(), c.input.rows(), c.input.cols());
+    let q_order = a.rows();
+    let left = side == Side::Left;
+    expect_len("ormqr tau", tau.len(), count * k)?;
+    if a.count() != count || (if left { rows } else { cols }) != q_order || k > a.cols() {
+        return Err(Error::internal(format!(
+            "ormqr: {count} matrices of {rows}×{cols} against {} reflector matrices of {}×{} \
+             and {k} reflectors",
+            a.count(),
+            q_order,
+            a.cols()
+        )));
+    }
+    // LAPACK's quick return: an empty c, or no reflectors (Q = I), leaves c as it is.
+    if count == 0 || rows * cols == 0 || k == 0 {
+        // SAFETY: every matrix of the views, on this thread alone.
+        (0..count).for_each(|b| unsafe { c.input.copy_to(b, &c.output) });
+        return Ok(());
+    }
+    let ormqr = routine(T::ormqr())?;
+    // Real ?ormqr takes 'T', complex ?unmqr 'C': Q^T or Q^H, jax's `transpose` either way.
+    let complex = T::DTYPE.is_complex();
+    let trans = match (trans, complex) {
+        (Trans::No, _) => b'N',
+        (_, false) => b'T',
+        (_, true) => b'C',
+    } as c_char;
+    let side = side.letter();
+    let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
+    let reflector_count = lapack_int("reflectors", k)?;
+    let lda = lapack_int("reflector length", q_order.max(1))?;
+    let lwork = if q_order <= ORMQR_UNBLOCKED_MAX {
+        // LAPACK's minimum: too small for a block of reflectors, so ?orm2r applies them one
+        // at a time.
+        (if left { n } else { m }).max(1)
+    } else {
+        let mut dummy = [T::default(); 1];
+        let d = dummy.as_mut_ptr();
+        // Every matrix has the same shape, so one query sizes the workspace of all.
+        // SAFETY: a query only writes `work[0]` and `info`.
+        query_lwork::<T>(|work, lwork, info| unsafe {
+            ormqr(
+                &side,
+                &trans,
+                &m,
+                &n,
+                &reflector_count,
+                d,
+                &lda,
+                tau.as_ptr(),
+                d,
+                &m.max(1),
+                work,
+                lwork,
+                info,
+            )
+        })?
+    };
+    // Each reflector costs about 4 flops per element of c.
+    let flops = (rows * cols).saturating_mul(4 * k);
+    let used = a.leading_columns(k);
+    for_each_chunk(pool, count, flops, &|range| {
+        let mut work = vec![T::default(); lwork as usize];
+        // ?ormqr (through ?orm2r) sets each reflector's diagonal element to 1 while it applies
+        // it, restoring it after. Other ops of the executable may read `a` meanwhile (stock
+        // jaxlib's target races with them there), so LAPACK gets a copy of the k columns.
+        let mut reflectors = vec![T::default(); q_order * k];
+        let (mut staged, mut info) = (Vec::new(), 0);
+        for b in range {
+            // SAFETY: matrix `b` of `c` is written by this task alone; LAPACK uses the `k`
+            // columns of `reflectors`, `k` taus, the m×n matrix of c (leading dimension `ld`)
+            // and `lwork` elements of `work`.
+            unsafe {
+                used.gather(b, &mut reflectors);
+                c.column_major(b, &mut staged, |c, ld| {
+                    let ld = ld as i32;
+                    ormqr(
+                        &side,
+                        &trans,
+                        &m,
+                        &n,
+                        &reflector_count,
+                        reflectors.as_mut_ptr(),
+                        &lda,
+                        tau[b * k..].as_ptr(),
+                        c.as_mut_ptr(),
+                        &ld,
+                        work.as_mut_ptr(),
+                        &lwork,
+                        &mut info,
+                    )
+                })
+            };
+            check_info("ormqr", info)?;
+        }
+        Ok(())
+    })
+}
+
+/// QR with column pivoting of every `m × n` matrix of `a` into `a.output` (as [`geqrf`]'s),
+/// `jpvt` (`n` per matrix) holding on entry the columns to move up front (non-zero) and on
+/// exit the 1-based column pivots, and `min(m, n)` taus per matrix in `tau`.
+pub fn geqp3<T: LapackScalar + Geqp3>(
+    pool: &dyn Pool,
+    a: InOut<T>,
+    jpvt: &mut [i32],
+    tau: &mut [T],
+) -> Result<()> {
+    let (count, rows, cols) = (a.input.count(), a.input.rows(), a.input.cols());
+    let k = rows.min(cols);
+    expect_len("geqp3 jpvt", jpvt.len(), count * cols)?;
+    expect_len("geqp3 tau", tau.len(), count * k)?;
+    // No columns, nothing to pivot. With m = 0 LAPACK still numbers the columns (fixed ones
+    // first), so it is called: it touches no matrix element then.
+    if count == 0 || cols == 0 {
+        // SAFETY: every matrix of the views, on this thread alone.
+        (0..count).for_each(|b| unsafe { a.input.copy_to(b, &a.output) });
+        return Ok(());
+    }
+    let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
+    let geqp3 = T::routine()?;
+    let (jpvt, tau) = (SharedMut(jpvt.as_mut_ptr()), SharedMut(tau.as_mut_ptr()));
+    let mut dummy = [T::default(); 1];
+    let d = dummy.as_mut_ptr();
+    // Every matrix has the same shape, so one query sizes the workspace of all. For m = 0 the
+    // query answers 1, yet with fixed columns ?geqp3 then calls ?ormqr, which wants n.
+    // SAFETY: a query only writes `work[0]` and `info` (`rwork` is not touched).
+    let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
+        T::geqp3(
+            geqp3,
+            &m,
+            &n,
+            d,
+            &m.max(1),
+            jpvt.at(0),
+            d,
+            work,
+            lwork,
+            std::ptr::null_mut(),
+            info,
+        )
+    })?
+    .max(n);
+    let rwork_len = T::RWORK_PER_COLUMN * cols;
+    let flops = (rows * cols).saturating_mul(2 * k);
+    for_each_chunk(pool, count, flops, &|range| {
+        let mut work = vec![T::default(); lwork as usize];
+        let mut rwork = vec![<Real<T>>::default(); rwork_len];
+        let (mut staged, mut info) = (Vec::new(), 0);
+        for b in range {
+            // SAFETY: matrix `b`, its pivots and its taus are written by this task alone;
+            // LAPACK touches the m×n matrix (leading dimension `ld`), `n` pivots, `k` taus,
+            // `lwork` elements of `work` and `2n` of `rwork` (complex only).
+            unsafe {
+                a.column_major(b, &mut staged, |a, ld| {
+                    T::geqp3(
+                        geqp3,
+                        &m,
+                        &n,
+                        a.as_mut_ptr(),
+                        &(ld as i32),
+                        jpvt.at(b * cols),
+                        tau.at(b * k),
+                        work.as_mut_ptr(),
+                        &lwork,
+                        rwork.as_mut_ptr(),
+                        &mut info,
+                    )
+                })
+            };
+            check_info("geqp3", info)?;
+        }
+        Ok(())
+    })
+}
+
+/// `?geqp3` for one scalar type: the complex routines take a real workspace of 2n, the real
+/// ones none.
+pub trait Geqp3: LapackScalar {
+    type Routine: Copy + Send + Sync;
+    /// `rwork`'s length per column of the matrix.
+    const RWORK_PER_COLUMN: usize;
+    fn routine() -> Result<Self::Routine>;
+    /// # Safety
+    /// As LAPACK's `?geqp3` (`rwork` is ignored for real scalars).
+    #[allow(clippy::too_many_arguments)] // LAPACK's argument list
+    unsafe fn geqp3(
+        f: Self::Routine,
+        m: &i32,
+        n: &i32,
+        a: *mut Self,
+        lda: &i32,
+        jpvt: *mut i32,
+        tau: *mut Self,
+        work: *mut Self,
+        lwork: *const i32,
+        rwork: *mut Real<Self>,
+        info: *mut i32,
+    );
+}
+
+macro_rules! geqp3_real {
+    ($($t:ty),*) => {$(
+        impl Geqp3 for $t {
+            type Routine = Geqp3Real<$t>;
+            const RWORK_PER_COLUMN: usize = 0;
+            fn routine() -> Result<Self::Routine> {
+                routine(<$t as RealLapack>::geqp3())
+            }
+            unsafe fn geqp3(
+                f: Self::Routine,
+                m: &i32,
+                n: &i32,
+                a: *mut Self,
+                lda: &i32,
+                jpvt: *mut i32,
+                tau: *mut Self,
+                work: *mut Self,
+                lwork: *const i32,
+                _rwork: *mut $t,
+                info: *mut i32,
+            ) {
+                f(m, n, a, lda, jpvt, tau, work, lwork, info)
+            }
+        }
+    )*};
+}
+geqp3_real!(f32, f64);
+
+macro_rules! geqp3_complex {
+    ($($t:ty),*) => {$(
+        impl Geqp3 for Complex<$t> {
+            type Routine = Geqp3Complex<Complex<$t>>;
+            const RWORK_PER_COLUMN: usize = 2;
+            fn routine() -> Result<Self::Routine> {
+                routine(<Complex<$t> as ComplexLapack>::geqp3())
+            }
+            unsafe fn geqp3(
+                f: Self::Routine,
+                m: &i32,
+                n: &i32,
+                a: *mut Self,
+                lda: &i32,
+                jpvt: *mut i32,
+                tau: *mut Self,
+                work: *mut Self,
+                lwork: *const i32,
+                rwork: *mut $t,
+                info: *mut i32,
+            ) {
+                f(m, n, a, lda, jpvt, tau, work, lwork, rwork, info)
+            }
+        }
+    )*};
+}
+geqp3_complex!(f32, f64);
+
+/// Columns of Q for jax's `qr` of `m × n` matrices: `m` with `full_matrices`, else
+/// `min(m, n)`.
+pub fn q_columns(m: usize, n: usize, full_matrices: bool) -> usize {
+    if full_matrices {
+        m
+    } else {
+        m.min(n)
+    }
+}
+
+/// jax's whole `qr` without pivoting of every matrix of `a` (`m × n`): Q (`m × mq`) into `q`
+/// and R (`mq × n`, zeros below the diagonal) into `r`, `mq` being [`q_columns`]; geqrf's then
+/// orgqr's results bit for bit, one matrix at a time in cache.
+pub fn qr<T: LapackScalar>(
+    pool: &dyn Pool,
+    a: Batch<T>,
+    q: Batch<T>,
+    r: Batch<T>,
+    full_matrices: bool,
+) -> Result<()> {
+    let (count, rows, cols) = (a.count(), a.rows(), a.cols());
+    let q_cols = q_columns(rows, cols, full_matrices);
+    let k = rows.min(cols);
+    if [q.count(), q.rows(), q.cols(), r.count(), r.rows(), r.cols()]
+        != [count, rows, q_cols, count, q_cols, cols]
+    {
+        return Err(Error::internal(format!(
+            "qr: {count} matrices of {rows}×{cols} with Q {}×{} and R {}×{}",
+            q.rows(),
+            q.cols(),
+            r.rows(),
+            r.cols()
+        )));
+    }
+    if count == 0 {
+        return Ok(());
+    }
+    let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
+    let (mq, reflectors) = (lapack_int("columns of Q", q_cols)?, lapack_int("reflectors", k)?);
+    let small_geqrf = rows.max(cols) <= SMALL_MAX;
+    let small_orgqr = rows <= SMALL_MAX;
+    let lapack = if k == 0 || (small_geqrf && small_orgqr) {
+        None
+    } else {
+        let (geqrf, orgqr) = (routine(T::geqrf())?, routine(T::orgqr())?);
+        // Queries read no matrix: one workspace serves every matrix and both routines.
+        let mut dummy = [T::default(); 1];
+        let d = dummy.as_mut_ptr();
+        // SAFETY: queries only write `work[0]` and `info`.
+        let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
+            geqrf(&m, &n, d, &m, d, work, lwork, info)
+        })?
+        .max(query_lwork::<T>(|work, lwork, info| unsafe {
+            orgqr(&m, &mq, &reflectors, d, &m, d, work, lwork, info)
+        })?);
+        Some((geqrf, orgqr, lwork))
+    };
+    let (a_len, q_len, r_len) = (rows * cols, rows * q_cols, q_cols * cols);
+    let flops = (a_len + q_len).saturating_mul(2 * k.max(1));
+    for_each_chunk(pool, count, flops, &|range| {
+        // Column-major workspace for A, then Q: Q's columns past A's need no zeros (jax pads R
+        // with them), `?orgqr` and `org2r` set every column past the k reflectors themselves.
+        let mut w_raw = vec![T::default(); rows * rows.max(cols) + 64];
+        let skip = w_raw.as_ptr().align_offset(64);
+        let w = &mut w_raw[skip..skip + rows * rows.max(cols)];
+        let mut upper = vec![T::default(); r_len];
+        let mut tau = vec![T::default(); k];
+        let mut work = vec![T::default(); lapack.map_or(0, |l| l.2 as usize)];
+        let mut info = 0;
+        for b in range {
+            if k == 0 {
+                // jax's result for an empty matrix: the identity's first columns, R zero.
+                let identity: Vec<T> = (0..q_len)
+                    .map(|e| if e % rows == e / rows { T::ONE } else { T::ZERO })
+                    .collect();
+                // SAFETY: matrix `b` of the results, which only this task writes.
+                unsafe {
+                    q.scatter(b, &identity);
+                    r.scatter(b, &upper);
+                }
+                continue;
+            }
+            // SAFETY: matrix `b` of the argument, which no task writes.
+            unsafe { a.gather(b, &mut w[..a_len]) };
+            match lapack {
+                Some((geqrf, _, lwork)) if !small_geqrf => {
+                    // SAFETY: the m×n matrix `w` (leading dimension m), k taus, lwork work.
+                    unsafe {
+                        geqrf(
+                            &m,
+                            &n,
+                            w.as_mut_ptr(),
+                            &m,
+                            tau.as_mut_ptr(),
+                            work.as_mut_ptr(),
+                            &lwork,
+                            &mut info,
+                        )
+                    };
+                    check_info("geqrf", info)?;
+                }
+                _ => small_qr::geqr2(&mut w[..a_len], rows, cols, &mut tau),
+            }
+            for j in 0..cols {
+                for i in 0..q_cols {
+                    upper[j * q_cols + i] = if i <= j { w[j * rows + i] } else { T::ZERO };
+                }
+            }
+            // SAFETY: matrix `b` of `r`, which only this task writes.
+            unsafe { r.scatter(b, &upper) };
+            match lapack {
+                Some((_, orgqr, lwork)) if !small_orgqr => {
+                    // SAFETY: the m×mq matrix `w` (leading dimension m), k taus, lwork work.
+                    unsafe {
+                        orgqr(
+                            &m,
+                            &mq,
+                            &reflectors,
+                            w.as_mut_ptr(),
+                            &m,
+                            tau.as_ptr(),
+                            work.as_mut_ptr(),
+                            &lwork,
+                            &mut info,
+                        )
+                    };
+                    check_info("orgqr", info)?;
+                }
+                _ => small_qr::org2r(&mut w[..q_len], rows, q_cols, rows, k, &tau),
+            }
+            // SAFETY: matrix `b` of `q`, which only this task writes.
+            unsafe { q.scatter(b, &w[..q_len]) };
+        }
+        Ok(())
+    })
+}
