@@ -13,6 +13,7 @@ use crate::ffi::{DataType, NativeType};
 use crate::linalg::matrix::{Batch, InOut, Layout};
 use crate::linalg::flags::{Flag, Side, Trans, Uplo};
 use crate::linalg::qr::{self, Geqp3};
+use crate::linalg::tridiagonal_solve::{self, PerturbedScalar};
 use crate::linalg::trsm::{self, TrsmFlags};
 use crate::linalg::{getrf, potrf, LapackScalar};
 use crate::ops::{self, Scalar};
@@ -674,7 +675,7 @@ pub(crate) unsafe fn geqp3<T: Geqp3>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn gtsv<T: Scalar>(
+pub(crate) unsafe fn gtsv<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     n: i32,
@@ -691,34 +692,14 @@ pub(crate) unsafe fn gtsv<T: Scalar>(
         size("n", n.into())?,
         size("nrhs", nrhs.into())?,
     );
-    let dl = Output::new("dl", dl, batch * n, false)?;
-    let d = Output::new("d", d, batch * n, false)?;
-    let du = Output::new("du", du, batch * n, false)?;
-    let info = Output::new("info", info, batch, false)?;
-    let b = Matrices::new("b", layout, [batch, n, nrhs], b, ldb)?;
-    let mut packed = b.pack();
-    let data = packed.as_mut_ptr();
-    let vector = vec![batch as i64, n as i64];
-    let diagonal = |data: *mut T| buffer(vector.clone(), data);
-    host::call(
-        ops::tridiagonal_solve::ferrax_cpu_gtsv,
-        &[
-            diagonal(dl.data),
-            diagonal(d.data),
-            diagonal(du.data),
-            buffer(b.dims(), data),
-        ],
-        &[
-            diagonal(dl.data),
-            diagonal(d.data),
-            diagonal(du.data),
-            buffer(b.dims(), data),
-            int_buffer(vec![batch as i64], info.data),
-        ],
-        &[],
-    )?;
-    b.unpack(&packed);
-    Ok(())
+    let diagonals = [
+        output("dl", dl, batch * n)?,
+        output("d", d, batch * n)?,
+        output("du", du, batch * n)?,
+    ];
+    let info = output("info", info, batch)?;
+    let b = Matrices::new("b", layout, [batch, n, nrhs], b, ldb)?.view();
+    core(tridiagonal_solve::gtsv(workers(), diagonals, InOut::in_place(b), info))
 }
 
 /// Complex eigenvalues as the handlers return them: one complex array for complex input,
@@ -873,7 +854,7 @@ pub(crate) unsafe fn gees<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn gtsv_perturbed<T: Scalar>(
+pub(crate) unsafe fn gtsv_perturbed<T: PerturbedScalar>(
     layout: c_int,
     batch: i64,
     n: i32,
@@ -889,28 +870,13 @@ pub(crate) unsafe fn gtsv_perturbed<T: Scalar>(
         size("n", n.into())?,
         size("nrhs", nrhs.into())?,
     );
-    let dl = Output::new("dl", dl.cast_mut(), batch * n, false)?;
-    let d = Output::new("d", d.cast_mut(), batch * n, false)?;
-    let du = Output::new("du", du.cast_mut(), batch * n, false)?;
-    let b = Matrices::new("b", layout, [batch, n, nrhs], b, ldb)?;
-    let mut packed = b.pack();
-    let mut solution = vec![T::default(); packed.len()];
-    let vector = vec![batch as i64, n as i64];
-    let diagonal = |data: *mut T| buffer(vector.clone(), data);
-    // The handler only reads its arguments, so the caller's diagonals are passed as they are.
-    host::call(
-        ops::tridiagonal_solve::ferrax_cpu_tridiagonal_solve_perturbed,
-        &[
-            diagonal(dl.data),
-            diagonal(d.data),
-            diagonal(du.data),
-            buffer(b.dims(), packed.as_mut_ptr()),
-        ],
-        &[buffer(b.dims(), solution.as_mut_ptr())],
-        &[],
-    )?;
-    b.unpack(&solution);
-    Ok(())
+    let diagonals = [
+        input("dl", dl, batch * n)?,
+        input("d", d, batch * n)?,
+        input("du", du, batch * n)?,
+    ];
+    let b = Matrices::new("b", layout, [batch, n, nrhs], b, ldb)?.view();
+    core(tridiagonal_solve::solve_perturbed(workers(), diagonals, InOut::in_place(b)))
 }
 
 /// A pointer to `len` elements that must not be null unless `len` is 0.

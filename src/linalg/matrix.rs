@@ -309,6 +309,40 @@ impl<T: Copy> InOut<T> {
         result
     }
 
+    /// Runs `f(input, output)` on matrix `b` of each, both packed column-major (leading
+    /// dimension `rows`), for a routine that computes the result from the operand out of
+    /// place: each is the caller's own memory where it is packed so (and the two are not one
+    /// memory), else staged in `scratch` (the input read from, the output written back to,
+    /// the caller's).
+    ///
+    /// # Safety
+    /// As [`InOut::column_major`].
+    pub unsafe fn apart<R>(
+        &self,
+        b: usize,
+        scratch: &mut [Vec<T>; 2],
+        f: impl FnOnce(&[T], &mut [T]) -> R,
+    ) -> R {
+        let (rows, len) = (self.input.rows, self.input.rows * self.input.cols);
+        let packed = |view: &Batch<T>| view.lapack_ld() == Some(rows.max(1));
+        let aliased = std::ptr::eq(self.input.matrix(b), self.output.matrix(b));
+        let [staged_in, staged_out] = scratch;
+        let input: &[T] = if packed(&self.input) && !aliased {
+            self.input.matrix_span(b)
+        } else {
+            let staged = stage(staged_in, len, self.input.ptr);
+            self.input.gather(b, staged);
+            staged
+        };
+        if packed(&self.output) {
+            return f(input, self.output.matrix_span(b));
+        }
+        let staged = stage(staged_out, len, self.input.ptr);
+        let result = f(input, staged);
+        self.output.scatter(b, staged);
+        result
+    }
+
     /// Runs `f(matrices, layout)` on matrices `first..first + count` as one packed array in
     /// `layout` (the SIMD routines' operand): the result's own where it is packed column-major
     /// (or row-major, if `row_major_too`), the input copied in first; else `scratch` holding
