@@ -13,6 +13,7 @@ use crate::ffi::{DataType, NativeType};
 use crate::linalg::matrix::{Batch, InOut, Layout};
 use crate::linalg::flags::{Flag, Side, Trans, Uplo};
 use crate::linalg::qr::{self, Geqp3};
+use crate::linalg::sparse::{self, Csr, Element};
 use crate::linalg::tridiagonal_solve::{self, PerturbedScalar};
 use crate::linalg::trsm::{self, TrsmFlags};
 use crate::linalg::{getrf, potrf, LapackScalar};
@@ -879,16 +880,8 @@ pub(crate) unsafe fn gtsv_perturbed<T: PerturbedScalar>(
     core(tridiagonal_solve::solve_perturbed(workers(), diagonals, InOut::in_place(b)))
 }
 
-/// A pointer to `len` elements that must not be null unless `len` is 0.
-fn input_ptr<T>(name: &str, data: *const T, len: usize) -> Result<*mut T> {
-    if data.is_null() && len > 0 {
-        return Err(format!("{name} is null"));
-    }
-    Ok(data.cast_mut())
-}
-
 #[allow(clippy::too_many_arguments)] // the CSR arrays and the dense operand
-pub(crate) unsafe fn csrmm<T: Scalar>(
+pub(crate) unsafe fn csrmm<T: LapackScalar + Element>(
     rows: i64,
     cols: i64,
     nnz: i64,
@@ -915,26 +908,18 @@ pub(crate) unsafe fn csrmm<T: Scalar>(
         // Nothing to compute: no row of `out`, or no column.
         return Ok(());
     }
-    let data = input_ptr("data", data, nnz)?;
-    let indptr = input_ptr("indptr", indptr, rows + 1)?;
-    let indices = input_ptr("indices", indices, nnz)?;
-    let rhs = input_ptr("rhs", rhs, rhs_len)?;
-    let out = Output::new("out", out, out_len, false)?;
+    let csr = Csr {
+        data: input("data", data, nnz)?,
+        outer: input("indptr", indptr, rows + 1)?,
+        inner: input("indices", indices, nnz)?,
+        cols,
+    };
+    let rhs = input("rhs", rhs, rhs_len)?;
+    let out = output("out", out, out_len)?;
     // Computed aside, so that a bad index (an error) leaves `out` as it was.
     let mut product = vec![T::default(); out_len];
-    let (rows, cols, nnz, n) = (rows as i64, cols as i64, nnz as i64, n as i64);
-    host::call(
-        ops::sparse::ferrax_cpu_csr_sparse_dense,
-        &[
-            buffer(vec![nnz], data),
-            int_buffer(vec![rows + 1], indptr),
-            int_buffer(vec![nnz], indices),
-            buffer(vec![cols, n], rhs),
-        ],
-        &[buffer(vec![rows, n], product.as_mut_ptr())],
-        &[],
-    )?;
-    std::ptr::copy_nonoverlapping(product.as_ptr(), out.data, out_len);
+    core(sparse::csr_times_dense(workers(), csr, rhs, n, &mut product))?;
+    out.copy_from_slice(&product);
     Ok(())
 }
 

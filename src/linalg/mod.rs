@@ -10,6 +10,7 @@ pub mod parallel;
 pub mod getrf;
 pub mod potrf;
 pub mod qr;
+pub mod sparse;
 pub mod tridiagonal_solve;
 pub mod trsm;
 

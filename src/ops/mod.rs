@@ -22,7 +22,7 @@ use crate::ffi::{Platform, Registration};
 
 /// Every handler ferrax registers, for `ferrax_targets`.
 pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
-    [getrf::HANDLERS, potrf::HANDLERS, qr::HANDLERS, tridiagonal_solve::HANDLERS, trsm::HANDLERS]
+    [getrf::HANDLERS, potrf::HANDLERS, qr::HANDLERS, sparse::HANDLERS, tridiagonal_solve::HANDLERS, trsm::HANDLERS]
         .into_iter()
         .flatten()
         .flat_map(|h| h.iter())
@@ -39,7 +39,6 @@ const LEGACY: &[Registration] = &[
     Registration { target: svd::GESVD_TARGET, platform: Platform::Cpu, handler: svd::ferrax_cpu_gesvd },
     Registration { target: eig::TARGET, platform: Platform::Cpu, handler: eig::ferrax_cpu_geev },
     Registration { target: schur::TARGET, platform: Platform::Cpu, handler: schur::ferrax_cpu_gees },
-    Registration { target: sparse::TARGET, platform: Platform::Cpu, handler: sparse::ferrax_cpu_csr_sparse_dense },
     Registration { target: threefry::TARGET, platform: Platform::Cuda, handler: threefry::ferrax_cuda_threefry2x32 },
     Registration { target: threefry::BITS_TARGET, platform: Platform::Cuda, handler: threefry::ferrax_cuda_threefry2x32_bits },
     Registration { target: pivots::TARGET, platform: Platform::Cuda, handler: pivots::ferrax_cuda_lu_pivots_to_permutation },

@@ -1,0 +1,123 @@
+//! The CPU handler of CSR times dense: [`crate::linalg::sparse`] on XLA's arrays and thread
+//! pool.
+
+use super::CSR_SPARSE_DENSE;
+use crate::ffi::{Array, Buffer, DataType, Result, ThreadPool};
+use crate::ffi_handlers;
+use crate::linalg::sparse::{self, Csr, Element, SparseIndex};
+use num_complex::Complex;
+
+ffi_handlers! {
+    /// CSR times dense on the host, rows split across XLA's thread pool by their entries.
+    pub fn ferrax_cpu_csr_sparse_dense(CSR_SPARSE_DENSE, Cpu) {
+        ctx pool: ThreadPool;
+        arg lhs_data: Buffer;
+        arg lhs_outer_indices: Buffer;
+        arg lhs_inner_indices: Buffer;
+        arg rhs: Buffer;
+        ret out: Buffer;
+        body = csr_sparse_dense_cpu;
+    }
+}
+
+/// The operands, untyped: six element types and two index types, dispatched below.
+#[derive(Clone, Copy)]
+struct Operands<'a> {
+    data: Buffer<'a>,
+    outer: Buffer<'a>,
+    inner: Buffer<'a>,
+    rhs: Buffer<'a>,
+    out: Buffer<'a>,
+}
+
+fn csr_sparse_dense_cpu<'a>(
+    pool: ThreadPool<'_>,
+    data: Buffer<'a>,
+    outer: Buffer<'a>,
+    inner: Buffer<'a>,
+    rhs: Buffer<'a>,
+    out: Buffer<'a>,
+) -> Result<()> {
+    let ops = Operands {
+        data,
+        outer,
+        inner,
+        rhs,
+        out,
+    };
+    let (cols, n) = check_shapes(ops)?;
+    match data.dtype() {
+        DataType::S32 => by_index::<i32>(pool, ops, cols, n),
+        DataType::S64 => by_index::<i64>(pool, ops, cols, n),
+        DataType::F32 => by_index::<f32>(pool, ops, cols, n),
+        DataType::F64 => by_index::<f64>(pool, ops, cols, n),
+        DataType::C64 => by_index::<Complex<f32>>(pool, ops, cols, n),
+        DataType::C128 => by_index::<Complex<f64>>(pool, ops, cols, n),
+        other => Err(data.mismatch(
+            "dtype s32, s64, f32, f64, c64 or c128".into(),
+            other.to_string(),
+        )),
+    }
+}
+
+/// Checks the shapes; returns the sparse matrix's column count and `n` (1 for vectors).
+fn check_shapes(ops: Operands<'_>) -> Result<(usize, usize)> {
+    let vector = |b: &Buffer<'_>, what: &str| match b.dims() {
+        &[len] => Ok(len as usize),
+        dims => Err(b.mismatch(format!("shape [{what}]"), format!("shape {dims:?}"))),
+    };
+    let nnz = vector(&ops.data, "nnz")?;
+    let rows = match vector(&ops.outer, "rows + 1")? {
+        0 => return Err(ops.outer.mismatch("shape [rows + 1]".into(), "shape [0]".into())),
+        len => len - 1,
+    };
+    ops.inner.expect_dims(&[nnz as i64])?;
+    let (k, n, out_dims) = match *ops.rhs.dims() {
+        [k] => (k as usize, 1, vec![rows as i64]),
+        [k, n] => (k as usize, n as usize, vec![rows as i64, n]),
+        _ => {
+            return Err(ops.rhs.mismatch(
+                "shape [k] or [k, n]".into(),
+                format!("shape {:?}", ops.rhs.dims()),
+            ))
+        }
+    };
+    ops.out.expect_dims(&out_dims)?;
+    // Sizes the kernel indexes with must fit in memory.
+    ops.out.element_count()?;
+    ops.rhs.element_count()?;
+    Ok((k, n))
+}
+
+fn by_index<T: Element>(pool: ThreadPool<'_>, ops: Operands<'_>, cols: usize, n: usize) -> Result<()> {
+    match ops.outer.dtype() {
+        DataType::S32 => multiply::<T, i32>(pool, ops, cols, n),
+        DataType::S64 => multiply::<T, i64>(pool, ops, cols, n),
+        other => Err(ops
+            .outer
+            .mismatch("dtype s32 or s64".into(), other.to_string())),
+    }
+}
+
+fn multiply<T: Element, I: SparseIndex>(
+    pool: ThreadPool<'_>,
+    ops: Operands<'_>,
+    cols: usize,
+    n: usize,
+) -> Result<()> {
+    let inner = Array::<I>::new(ops.inner)?;
+    let (rhs, out) = (Array::<T>::new(ops.rhs)?, Array::<T>::new(ops.out)?);
+    let (data, outer) = (Array::<T>::new(ops.data)?, Array::<I>::new(ops.outer)?);
+    // SAFETY: `out` is the only result and aliases no argument.
+    let csr = unsafe {
+        Csr {
+            data: data.as_slice(),
+            outer: outer.as_slice(),
+            inner: inner.as_slice(),
+            cols,
+        }
+    };
+    // SAFETY: as above.
+    let (rhs, out) = unsafe { (rhs.as_slice(), out.as_mut_slice()) };
+    sparse::csr_times_dense(&pool, csr, rhs, n, out)
+}
