@@ -938,7 +938,7 @@ fn metadata_handshake_answers_without_touching_the_rest_of_the_frame() {
             XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE,
         ),
         (test_panic, 0),
-        (ferrax::ops::threefry::ferrax_cpu_threefry2x32, 0),
+        (ferrax::ops::threefry::cpu::ferrax_cpu_threefry2x32, 0),
         (ferrax::ops::getrf::cpu::ferrax_cpu_getrf, 0),
     ];
     for (handler, traits) in handlers {
@@ -1222,7 +1222,7 @@ fn threefry_handler_matches_kernel_and_known_answers_in_every_pool_mode() {
             .ret(Buf::zeros::<u32>(&dims))
             .ret(Buf::zeros::<u32>(&dims));
         frame
-            .call(ferrax::ops::threefry::ferrax_cpu_threefry2x32)
+            .call(ferrax::ops::threefry::cpu::ferrax_cpu_threefry2x32)
             .unwrap_or_else(|e| panic!("{mode:?}: {e:?}"));
         let (out0, out1) = (frame.rets[0].values::<u32>(), frame.rets[1].values::<u32>());
         for &(position, kat) in &kat_positions {
@@ -1254,7 +1254,7 @@ fn threefry_handler_matches_kernel_and_known_answers_in_every_pool_mode() {
     let outcome = frame
         .ret(Buf::zeros::<u32>(&[4]))
         .ret(Buf::zeros::<u32>(&[4]))
-        .call(ferrax::ops::threefry::ferrax_cpu_threefry2x32);
+        .call(ferrax::ops::threefry::cpu::ferrax_cpu_threefry2x32);
     assert_error(
         outcome,
         INVALID_ARGUMENT,
@@ -1296,7 +1296,7 @@ fn pivots_to_permutation_matches_naive_reference_in_every_pool_mode() {
                 .arg(Buf::of(&shape(k), &pivots))
                 .ret(Buf::zeros::<i32>(&shape(p)));
             frame
-                .call(ferrax::ops::pivots::ferrax_cpu_lu_pivots_to_permutation)
+                .call(ferrax::ops::pivots::cpu::ferrax_cpu_lu_pivots_to_permutation)
                 .unwrap_or_else(|e| panic!("{mode:?}: {e:?}"));
             assert!(
                 frame.rets[0].values::<i32>() == expected,
@@ -1312,7 +1312,7 @@ fn pivots_to_permutation_rejects_permutation_shorter_than_pivots() {
     let outcome = Frame::new(&ctx)
         .arg(Buf::zeros::<i32>(&[2, 5]))
         .ret(Buf::zeros::<i32>(&[2, 3]))
-        .call(ferrax::ops::pivots::ferrax_cpu_lu_pivots_to_permutation);
+        .call(ferrax::ops::pivots::cpu::ferrax_cpu_lu_pivots_to_permutation);
     assert_error(
         outcome,
         INVALID_ARGUMENT,

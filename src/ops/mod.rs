@@ -22,7 +22,7 @@ use crate::ffi::{Platform, Registration};
 
 /// Every handler ferrax registers, for `ferrax_targets`.
 pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
-    [getrf::HANDLERS, potrf::HANDLERS, qr::HANDLERS, sparse::HANDLERS, tridiagonal_solve::HANDLERS, trsm::HANDLERS]
+    [cholesky_update::HANDLERS, getrf::HANDLERS, pivots::HANDLERS, potrf::HANDLERS, qr::HANDLERS, sparse::HANDLERS, tridiagonal_solve::HANDLERS, threefry::HANDLERS, trsm::HANDLERS]
         .into_iter()
         .flatten()
         .flat_map(|h| h.iter())
@@ -30,8 +30,6 @@ pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
 }
 
 const LEGACY: &[Registration] = &[
-    Registration { target: threefry::TARGET, platform: Platform::Cpu, handler: threefry::ferrax_cpu_threefry2x32 },
-    Registration { target: pivots::TARGET, platform: Platform::Cpu, handler: pivots::ferrax_cpu_lu_pivots_to_permutation },
     Registration { target: eigh::TARGET, platform: Platform::Cpu, handler: eigh::ferrax_cpu_syevd },
     Registration { target: hessenberg::TARGET, platform: Platform::Cpu, handler: hessenberg::ferrax_cpu_gehrd },
     Registration { target: tridiagonal::TARGET, platform: Platform::Cpu, handler: tridiagonal::ferrax_cpu_sytrd },
@@ -39,10 +37,6 @@ const LEGACY: &[Registration] = &[
     Registration { target: svd::GESVD_TARGET, platform: Platform::Cpu, handler: svd::ferrax_cpu_gesvd },
     Registration { target: eig::TARGET, platform: Platform::Cpu, handler: eig::ferrax_cpu_geev },
     Registration { target: schur::TARGET, platform: Platform::Cpu, handler: schur::ferrax_cpu_gees },
-    Registration { target: threefry::TARGET, platform: Platform::Cuda, handler: threefry::ferrax_cuda_threefry2x32 },
-    Registration { target: threefry::BITS_TARGET, platform: Platform::Cuda, handler: threefry::ferrax_cuda_threefry2x32_bits },
-    Registration { target: pivots::TARGET, platform: Platform::Cuda, handler: pivots::ferrax_cuda_lu_pivots_to_permutation },
-    Registration { target: cholesky_update::TARGET, platform: Platform::Cuda, handler: cholesky_update::ferrax_cuda_cholesky_update },
 ];
 
 use crate::ffi::{Buffer, Error, MatrixBatch, NativeType, Result, ThreadPool};

@@ -1,49 +1,38 @@
-//! `cholesky_update`: the rank-1 update of an upper Cholesky factor, `R'ᴴR' = RᴴR + wwᴴ`, as
-//! jaxlib's `cu_cholesky_update_ffi` (R row-major, results aliased to the operands), but
-//! batched (`[..., n, n]` with `[..., n]`) and for all four dtypes.
+//! The CUDA handler of `cholesky_update`: ferrax's PTX kernels on XLA's stream.
 
-use crate::cuda::{param, GpuStream};
-use crate::ffi::{Buffer, MatrixBatch, Result, ScratchAllocator, Stream};
-use crate::ffi_handler;
-use crate::ops::gpu_scalar_kind;
-use std::ffi::CStr;
+use super::CHOLESKY_UPDATE;
+use crate::cuda::{param, GpuScalar, GpuStream};
+use crate::ffi::{Array, Matrices, Result, ScratchAllocator, Stream};
+use crate::ffi_handlers;
 
-pub const TARGET: &CStr = c"ferrax_cholesky_update";
-
-ffi_handler! {
+ffi_handlers! {
     /// Batched rank-1 Cholesky update on the GPU; `w` is used as workspace.
-    pub fn ferrax_cuda_cholesky_update = TARGET;
-    ctx stream: Stream;
-    ctx scratch: ScratchAllocator;
-    arg r: Buffer;
-    arg w: Buffer;
-    ret r_out: Buffer;
-    ret w_out: Buffer;
-    traits = 0;
-    body = cholesky_update_cuda;
+    pub fn ferrax_cuda_cholesky_update(CHOLESKY_UPDATE, Cuda) {
+        ctx stream: Stream;
+        ctx scratch: ScratchAllocator;
+        arg r: Matrices<T>;
+        arg w: Array<T>;
+        ret r_out: Matrices<T>;
+        ret w_out: Array<T>;
+        dtype T: GpuScalar = r;
+        body = cholesky_update_cuda;
+    }
 }
 
-fn cholesky_update_cuda(
+fn cholesky_update_cuda<T: GpuScalar>(
     stream: Stream,
     scratch: ScratchAllocator<'_>,
-    r: Buffer<'_>,
-    w: Buffer<'_>,
-    r_out: Buffer<'_>,
-    w_out: Buffer<'_>,
+    r: Matrices<'_, T>,
+    w: Array<'_, T>,
+    r_out: Matrices<'_, T>,
+    w_out: Array<'_, T>,
 ) -> Result<()> {
-    let kind = gpu_scalar_kind(&r)?;
-    let shape = MatrixBatch::square(&r)?;
-    let batch_dims = shape.batch_dims(&r);
-    let vector: Vec<i64> = batch_dims
-        .iter()
-        .copied()
-        .chain([shape.rows as i64])
-        .collect();
-    w.expect_dtype(r.dtype())?;
+    let kind = T::KIND;
+    r.expect_square()?;
+    let shape = r.shape;
+    let vector = [r.batch_dims(), &[shape.rows as i64]].concat();
     w.expect_dims(&vector)?;
-    r_out.expect_dtype(r.dtype())?;
     r_out.expect_dims(r.dims())?;
-    w_out.expect_dtype(r.dtype())?;
     w_out.expect_dims(&vector)?;
     if shape.batch == 0 || shape.rows == 0 {
         return Ok(());
@@ -55,13 +44,13 @@ fn cholesky_update_cuda(
     let bytes = kind.bytes();
     // The kernel works in place; XLA normally aliases the results to the operands.
     gpu.copy(
-        r_out.data_ptr().cast(),
-        r.data_ptr().cast(),
+        r_out.ptr().cast(),
+        r.ptr().cast(),
         shape.batch * shape.matrix_len() * bytes,
     )?;
     gpu.copy(
-        w_out.data_ptr().cast(),
-        w.data_ptr().cast(),
+        w_out.ptr().cast(),
+        w.ptr().cast(),
         shape.batch * shape.rows * bytes,
     )?;
     let batch = shape.batch as u64;
@@ -74,7 +63,7 @@ fn cholesky_update_cuda(
     } else {
         std::ptr::null_mut()
     };
-    let (r_ptr, w_ptr) = (r_out.data_ptr(), w_out.data_ptr());
+    let (r_ptr, w_ptr) = (r_out.ptr(), w_out.ptr());
     let mut params = [
         param(&r_ptr),
         param(&w_ptr),

@@ -1,0 +1,48 @@
+//! The CUDA handler of pivots to permutation: one launch of ferrax's PTX kernel for the batch.
+
+use super::{dimensions, LU_PIVOTS_TO_PERMUTATION};
+use crate::cuda::{param, GpuStream};
+use crate::ffi::{Array, Result, Stream};
+use crate::ffi_handlers;
+
+ffi_handlers! {
+    /// Pivots to permutation on the GPU, one launch for the whole batch.
+    pub fn ferrax_cuda_lu_pivots_to_permutation(LU_PIVOTS_TO_PERMUTATION, Cuda) {
+        ctx stream: Stream;
+        arg pivots: Array<i32>;
+        ret permutation: Array<i32>;
+        body = pivots_cuda;
+    }
+}
+
+fn pivots_cuda(stream: Stream, pivots: Array<'_, i32>, permutation: Array<'_, i32>) -> Result<()> {
+    let (batch, k, size) = dimensions(&pivots, &permutation)?;
+    if batch == 0 {
+        return Ok(());
+    }
+    let (Ok(k), Ok(size)) = (u32::try_from(k), u32::try_from(size)) else {
+        return Err(permutation.mismatch(
+            "at most 2^32-1 pivots and permutation entries per matrix".into(),
+            format!("k = {k}, permutation_size = {size}"),
+        ));
+    };
+    let gpu = GpuStream::adopt(stream)?;
+    let batch = batch as u64;
+    let config = ferrax_kernels::pivots::launch_config(
+        batch,
+        k,
+        size,
+        gpu.multiprocessors()?,
+        gpu.max_shared_bytes()?,
+    );
+    let (pivots, permutation) = (pivots.ptr(), permutation.ptr());
+    let mut params = [
+        param(&pivots),
+        param(&permutation),
+        param(&batch),
+        param(&k),
+        param(&size),
+    ];
+    // SAFETY: batch*k pivots and batch*size permutation entries, as the entry declares.
+    unsafe { gpu.launch(&config, &mut params) }
+}
