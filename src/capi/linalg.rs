@@ -12,7 +12,7 @@ use super::host::{self, AttrValue, BufferArg};
 use crate::ffi::{DataType, NativeType};
 use crate::linalg::matrix::{Batch, InOut, Layout};
 use crate::linalg::flags::{Flag, Side, Trans, Uplo};
-use crate::linalg::qr::{self, Geqp3};
+use crate::linalg::qr::{self, Geqp3Scalar};
 use crate::linalg::sparse::{self, Csr, Element};
 use crate::linalg::tridiagonal_solve::{self, PerturbedScalar};
 use crate::linalg::trsm::{self, TrsmFlags};
@@ -654,7 +654,7 @@ pub(crate) unsafe fn ormqr<T: LapackScalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn geqp3<T: Geqp3>(
+pub(crate) unsafe fn geqp3<T: Geqp3Scalar>(
     layout: c_int,
     batch: i64,
     m: i32,

@@ -419,6 +419,65 @@ macro_rules! ffi_handler {
             })
         }
     };
+    (
+        $(#[$meta:meta])*
+        $vis:vis fn $symbol:ident($target:expr) {
+            $( ctx $ctx:ident : $ctx_ty:ty; )*
+            operands $ops:ident: $ops_ty:ident;
+            $( dtype $t:ident : $bound:path = $dispatch:ident; )?
+            body = $body:expr;
+        }
+    ) => {
+        $(#[$meta])*
+        ///
+        /// # Safety
+        /// Called by XLA with a valid call frame.
+        $vis unsafe extern "C" fn $symbol(
+            frame: *mut $crate::ffi::sys::XLA_FFI_CallFrame,
+        ) -> *mut $crate::ffi::sys::XLA_FFI_Error {
+            type Names = $ops_ty<'static $(, $crate::ffi_any_element!($t))?>;
+            static SIGNATURE: $crate::ffi::Signature = $crate::ffi::Signature {
+                target: $target,
+                args: Names::ARGS,
+                rets: Names::RETS,
+                attrs: Names::ATTRS,
+                traits: 0,
+            };
+            $crate::ffi::invoke(frame, &SIGNATURE, |call| {
+                $crate::ffi_handler!(@operands call, [$($t, $bound, $dispatch)?],
+                    [$($ctx: $ctx_ty),*], $ops: $ops_ty, $body)
+            })
+        }
+    };
+    (@operands $call:ident, [], [$($ctx:ident: $ctx_ty:ty),*], $ops:ident: $ops_ty:ident,
+        $body:expr) => {{
+        $( let $ctx = <$ctx_ty as $crate::ffi::FromContext>::from_context($call)?; )*
+        let $ops = $ops_ty::decode($call)?;
+        ($body)($($ctx,)* $ops)
+    }};
+    (@operands $call:ident, [$t:ident, $bound:path, $dispatch:ident],
+        [$($ctx:ident: $ctx_ty:ty),*], $ops:ident: $ops_ty:ident, $body:expr) => {{
+        fn typed<$t: $bound>(call: &$crate::ffi::CallFrame<'_>) -> $crate::ffi::Result<()> {
+            $( let $ctx = <$ctx_ty as $crate::ffi::FromContext>::from_context(call)?; )*
+            let $ops = $ops_ty::<'_, $t>::decode(call)?;
+            ($body)($($ctx,)* $ops)
+        }
+        $crate::ffi_handler!(@dispatch $call, $ops_ty::<'static, ()>::ARGS, $dispatch, typed)
+    }};
+    (@dispatch $call:ident, $names:expr, $dispatch:ident, $typed:ident) => {{
+        let index = $names
+            .iter()
+            .position(|&name| name == stringify!($dispatch))
+            .expect("the dtype operand is an argument");
+        let buffer = $call.arg(index)?;
+        match buffer.dtype() {
+            $crate::ffi::DataType::F32 => $typed::<f32>($call),
+            $crate::ffi::DataType::F64 => $typed::<f64>($call),
+            $crate::ffi::DataType::C64 => $typed::<$crate::ffi::Complex<f32>>($call),
+            $crate::ffi::DataType::C128 => $typed::<$crate::ffi::Complex<f64>>($call),
+            _ => Err($crate::ffi::unsupported_dtype(&buffer)),
+        }
+    }};
     (@call $call:ident, [], [$($ctx:ident: $ctx_ty:ty),*], [$($arg:ident: $arg_ty:ty),*],
         [$($ret:ident: $ret_ty:ty),*], [$($attr:ident: $attr_ty:ty),*], $body:expr) => {{
         let mut _arg_index = 0usize;
@@ -443,19 +502,79 @@ macro_rules! ffi_handler {
                 [$($ret: $ret_ty),*], [$($attr: $attr_ty),*], $body)
         }
         let names: &[&str] = &[$(stringify!($arg)),*];
-        let index = names
-            .iter()
-            .position(|&name| name == stringify!($dispatch))
-            .expect("the dtype operand is an argument");
-        let buffer = $call.arg(index)?;
-        match buffer.dtype() {
-            $crate::ffi::DataType::F32 => typed::<f32>($call),
-            $crate::ffi::DataType::F64 => typed::<f64>($call),
-            $crate::ffi::DataType::C64 => typed::<$crate::ffi::Complex<f32>>($call),
-            $crate::ffi::DataType::C128 => typed::<$crate::ffi::Complex<f64>>($call),
-            _ => Err($crate::ffi::unsupported_dtype(&buffer)),
-        }
+        $crate::ffi_handler!(@dispatch $call, names, $dispatch, typed)
     }};
+}
+
+/// Declares a target's operands once, for the handlers of every platform: a struct of its
+/// arguments, results and attributes (in the call's order), each decoded by type and named as
+/// XLA's errors name it. A handler takes it with `operands name: Struct;`. Generic over the
+/// element type `T` when the handler dispatches on one.
+///
+/// ```
+/// use ferrax::ffi::{Array, Matrices};
+/// ferrax::ffi_operands! {
+///     /// `example`'s operands.
+///     pub struct Example<'a, T> {
+///         arg x: Matrices<'a, T>,
+///         ret y: Array<'a, i32>,
+///         attr lower: bool,
+///     }
+/// }
+/// assert_eq!(Example::<'static, ()>::ARGS, ["x"]);
+/// ```
+#[macro_export]
+macro_rules! ffi_operands {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident<$lt:lifetime $(, $t:ident)?> {
+            $( arg $arg:ident : $arg_ty:ty, )*
+            $( ret $ret:ident : $ret_ty:ty, )*
+            $( attr $attr:ident : $attr_ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy)]
+        $vis struct $name<$lt $(, $t)?> {
+            $( pub $arg: $arg_ty, )*
+            $( pub $ret: $ret_ty, )*
+            $( pub $attr: $attr_ty, )*
+        }
+
+        impl<$lt $(, $t)?> $name<$lt $(, $t)?> {
+            /// The names of the target's arguments, results and attributes, in order.
+            pub const ARGS: &'static [&'static str] = &[$(stringify!($arg)),*];
+            pub const RETS: &'static [&'static str] = &[$(stringify!($ret)),*];
+            pub const ATTRS: &'static [&'static str] = &[$(stringify!($attr)),*];
+        }
+
+        impl<$lt $(, $t: $crate::ffi::NativeType)?> $name<$lt $(, $t)?> {
+            /// The operands of one call, each decoded by type.
+            pub fn decode(call: &$crate::ffi::CallFrame<$lt>) -> $crate::ffi::Result<Self> {
+                let mut _arg_index = 0usize;
+                let mut _ret_index = 0usize;
+                $(
+                    let $arg = $crate::ffi::FromBuffer::from_buffer(call.arg(_arg_index)?)?;
+                    _arg_index += 1;
+                )*
+                $(
+                    let $ret = $crate::ffi::FromBuffer::from_buffer(call.ret(_ret_index)?)?;
+                    _ret_index += 1;
+                )*
+                $( let $attr = call.attr(stringify!($attr))?; )*
+                Ok(Self { $($arg,)* $($ret,)* $($attr,)* })
+            }
+        }
+    };
+}
+
+/// Any element type, for the names of a generic operands struct (which do not depend on it).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! ffi_any_element {
+    ($t:ident) => {
+        ()
+    };
 }
 
 /// Declares a module's handlers with [`ffi_handler!`], each for a target and platform, and

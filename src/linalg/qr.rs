@@ -274,7 +274,7 @@ pub fn ormqr<T: LapackScalar>(
 /// QR with column pivoting of every `m × n` matrix of `a` into `a.output` (as [`geqrf`]'s),
 /// `jpvt` (`n` per matrix) holding on entry the columns to move up front (non-zero) and on
 /// exit the 1-based column pivots, and `min(m, n)` taus per matrix in `tau`.
-pub fn geqp3<T: LapackScalar + Geqp3>(
+pub fn geqp3<T: LapackScalar + Geqp3Scalar>(
     pool: &dyn Pool,
     a: InOut<T>,
     jpvt: &mut [i32],
@@ -350,7 +350,7 @@ pub fn geqp3<T: LapackScalar + Geqp3>(
 
 /// `?geqp3` for one scalar type: the complex routines take a real workspace of 2n, the real
 /// ones none.
-pub trait Geqp3: LapackScalar {
+pub trait Geqp3Scalar: LapackScalar {
     type Routine: Copy + Send + Sync;
     /// `rwork`'s length per column of the matrix.
     const RWORK_PER_COLUMN: usize;
@@ -375,7 +375,7 @@ pub trait Geqp3: LapackScalar {
 
 macro_rules! geqp3_real {
     ($($t:ty),*) => {$(
-        impl Geqp3 for $t {
+        impl Geqp3Scalar for $t {
             type Routine = Geqp3Real<$t>;
             const RWORK_PER_COLUMN: usize = 0;
             fn routine() -> Result<Self::Routine> {
@@ -403,7 +403,7 @@ geqp3_real!(f32, f64);
 
 macro_rules! geqp3_complex {
     ($($t:ty),*) => {$(
-        impl Geqp3 for Complex<$t> {
+        impl Geqp3Scalar for Complex<$t> {
             type Routine = Geqp3Complex<Complex<$t>>;
             const RWORK_PER_COLUMN: usize = 2;
             fn routine() -> Result<Self::Routine> {

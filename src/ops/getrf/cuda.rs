@@ -1,11 +1,11 @@
 //! The CUDA handlers of `getrf`: ferrax's PTX kernels for small matrices, cuBLAS's batched or
 //! cuSOLVER's looped getrf for the rest.
 
-use super::{expect_shapes, GETRF, GETRF_ROW_MAJOR};
+use super::{Getrf, GETRF, GETRF_ROW_MAJOR};
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Solver};
 use crate::cuda::{param, small_kernel, GpuLibrary, GpuScalar, GpuStream};
-use crate::ffi::{Array, MatrixBatch, Matrices, Result, ScratchAllocator, Stream};
+use crate::ffi::{MatrixBatch, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
 use crate::linalg::lapack_int;
 use ferrax_kernels::launch::ScalarKind;
@@ -17,10 +17,7 @@ ffi_handlers! {
     pub fn ferrax_cuda_getrf(GETRF, Cuda) {
         ctx stream: Stream;
         ctx scratch: ScratchAllocator;
-        arg a: Matrices<T>;
-        ret lu: Matrices<T>;
-        ret ipiv: Array<i32>;
-        ret info: Array<i32>;
+        operands ops: Getrf;
         dtype T: GpuScalar = a;
         body = getrf_cuda::<T, false>;
     }
@@ -31,10 +28,7 @@ ffi_handlers! {
     pub fn ferrax_cuda_getrf_row_major(GETRF_ROW_MAJOR, Cuda) {
         ctx stream: Stream;
         ctx scratch: ScratchAllocator;
-        arg a: Matrices<T>;
-        ret lu: Matrices<T>;
-        ret ipiv: Array<i32>;
-        ret info: Array<i32>;
+        operands ops: Getrf;
         dtype T: GpuScalar = a;
         body = getrf_cuda::<T, true>;
     }
@@ -43,13 +37,11 @@ ffi_handlers! {
 fn getrf_cuda<T: GpuScalar, const ROW_MAJOR: bool>(
     stream: Stream,
     scratch: ScratchAllocator<'_>,
-    a: Matrices<'_, T>,
-    lu: Matrices<'_, T>,
-    ipiv: Array<'_, i32>,
-    info: Array<'_, i32>,
+    ops: Getrf<'_, T>,
 ) -> Result<()> {
     let kind = T::KIND;
-    let shape = expect_shapes(&a, &lu, &ipiv, &info)?;
+    let shape = ops.shape()?;
+    let Getrf { a, lu, ipiv, info } = ops;
     let gpu = GpuStream::adopt(stream)?;
     if shape.batch == 0 {
         return Ok(());

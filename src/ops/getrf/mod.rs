@@ -13,18 +13,26 @@ use std::ffi::CStr;
 pub const GETRF: &CStr = c"ferrax_getrf";
 pub const GETRF_ROW_MAJOR: &CStr = c"ferrax_getrf_row_major";
 
-/// Checks `lu`, `ipiv` and `info` against `a [..., m, n]`; returns a's shape.
-pub(crate) fn expect_shapes<T: NativeType>(
-    a: &Matrices<'_, T>,
-    lu: &Matrices<'_, T>,
-    ipiv: &Array<'_, i32>,
-    info: &Array<'_, i32>,
-) -> Result<MatrixBatch> {
-    lu.expect_dims(a.dims())?;
-    let k = a.shape.rows.min(a.shape.cols);
-    ipiv.expect_dims(&[a.batch_dims(), &[k as i64]].concat())?;
-    info.expect_dims(a.batch_dims())?;
-    Ok(a.shape)
+crate::ffi_operands! {
+    /// The operands of both targets.
+    pub struct Getrf<'a, T> {
+        arg a: Matrices<'a, T>,
+        ret lu: Matrices<'a, T>,
+        ret ipiv: Array<'a, i32>,
+        ret info: Array<'a, i32>,
+    }
+}
+
+impl<T: NativeType> Getrf<'_, T> {
+    /// Checks `lu`, `ipiv` and `info` against `a [..., m, n]`; returns a's shape.
+    pub(crate) fn shape(&self) -> Result<MatrixBatch> {
+        let a = &self.a;
+        self.lu.expect_dims(a.dims())?;
+        let k = a.shape.rows.min(a.shape.cols);
+        self.ipiv.expect_dims(&[a.batch_dims(), &[k as i64]].concat())?;
+        self.info.expect_dims(a.batch_dims())?;
+        Ok(a.shape)
+    }
 }
 
 pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS, cuda::HANDLERS];

@@ -1,8 +1,8 @@
 //! The CPU handler of pivots to permutation: the kernels crate's loop, the batch split across
 //! XLA's thread pool.
 
-use super::{dimensions, LU_PIVOTS_TO_PERMUTATION};
-use crate::ffi::{Array, Result, ThreadPool};
+use super::{Pivots, LU_PIVOTS_TO_PERMUTATION};
+use crate::ffi::{Result, ThreadPool};
 use crate::ffi_handlers;
 use crate::linalg::parallel::{for_each_parallel, SharedMut};
 
@@ -10,18 +10,17 @@ ffi_handlers! {
     /// Pivots to permutation on the host, batch split across XLA's thread pool.
     pub fn ferrax_cpu_lu_pivots_to_permutation(LU_PIVOTS_TO_PERMUTATION, Cpu) {
         ctx pool: ThreadPool;
-        arg pivots: Array<i32>;
-        ret permutation: Array<i32>;
+        operands ops: Pivots;
         body = pivots_cpu;
     }
 }
 
-fn pivots_cpu(
-    pool: ThreadPool<'_>,
-    pivots: Array<'_, i32>,
-    permutation: Array<'_, i32>,
-) -> Result<()> {
-    let (batch, k, p) = dimensions(&pivots, &permutation)?;
+fn pivots_cpu(pool: ThreadPool<'_>, ops: Pivots<'_>) -> Result<()> {
+    let (batch, k, p) = ops.dimensions()?;
+    let Pivots {
+        pivots,
+        permutation,
+    } = ops;
     if batch == 0 {
         return Ok(());
     }

@@ -1,22 +1,25 @@
 //! The CUDA handler of pivots to permutation: one launch of ferrax's PTX kernel for the batch.
 
-use super::{dimensions, LU_PIVOTS_TO_PERMUTATION};
+use super::{Pivots, LU_PIVOTS_TO_PERMUTATION};
 use crate::cuda::{param, GpuStream};
-use crate::ffi::{Array, Result, Stream};
+use crate::ffi::{Result, Stream};
 use crate::ffi_handlers;
 
 ffi_handlers! {
     /// Pivots to permutation on the GPU, one launch for the whole batch.
     pub fn ferrax_cuda_lu_pivots_to_permutation(LU_PIVOTS_TO_PERMUTATION, Cuda) {
         ctx stream: Stream;
-        arg pivots: Array<i32>;
-        ret permutation: Array<i32>;
+        operands ops: Pivots;
         body = pivots_cuda;
     }
 }
 
-fn pivots_cuda(stream: Stream, pivots: Array<'_, i32>, permutation: Array<'_, i32>) -> Result<()> {
-    let (batch, k, size) = dimensions(&pivots, &permutation)?;
+fn pivots_cuda(stream: Stream, ops: Pivots<'_>) -> Result<()> {
+    let (batch, k, size) = ops.dimensions()?;
+    let Pivots {
+        pivots,
+        permutation,
+    } = ops;
     if batch == 0 {
         return Ok(());
     }

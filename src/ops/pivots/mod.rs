@@ -10,8 +10,22 @@ use std::ffi::CStr;
 
 pub const LU_PIVOTS_TO_PERMUTATION: &CStr = c"ferrax_lu_pivots_to_permutation";
 
-/// Checks the operands and returns (batch, k, permutation size).
-pub(crate) fn dimensions(
+crate::ffi_operands! {
+    /// The target's operands.
+    pub struct Pivots<'a> {
+        arg pivots: Array<'a, i32>,
+        ret permutation: Array<'a, i32>,
+    }
+}
+
+impl Pivots<'_> {
+    /// Checks the operands and returns (batch, k, permutation size).
+    pub(crate) fn dimensions(&self) -> Result<(usize, usize, usize)> {
+        dimensions(&self.pivots, &self.permutation)
+    }
+}
+
+fn dimensions(
     pivots: &Array<'_, i32>,
     permutation: &Array<'_, i32>,
 ) -> Result<(usize, usize, usize)> {

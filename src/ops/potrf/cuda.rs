@@ -1,12 +1,11 @@
 //! The CUDA handlers of the Cholesky family: ferrax's PTX kernels for small matrices,
 //! cuSOLVER for the rest.
 
-use super::{cholesky_shapes, potrf_shapes, CHOLESKY, POTRF};
+use super::{Cholesky, Potrf, CHOLESKY, POTRF};
 use crate::cuda::cusolver::{Dense, Fill, Solver};
 use crate::cuda::{param, small_kernel, GpuLibrary, GpuScalar, GpuStream};
-use crate::ffi::{Array, Error, MatrixBatch, Matrices, Result, ScratchAllocator, Stream};
+use crate::ffi::{Error, MatrixBatch, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
-use crate::linalg::flags::Uplo;
 use crate::linalg::lapack_int;
 
 ffi_handlers! {
@@ -15,10 +14,7 @@ ffi_handlers! {
     pub fn ferrax_cuda_potrf(POTRF, Cuda) {
         ctx stream: Stream;
         ctx scratch: ScratchAllocator;
-        arg a: Matrices<T>;
-        ret factor: Matrices<T>;
-        ret info: Array<i32>;
-        attr uplo: Uplo;
+        operands ops: Potrf;
         dtype T: GpuScalar = a;
         body = potrf_cuda;
     }
@@ -28,21 +24,19 @@ ffi_handlers! {
     /// (`install()` sends larger matrices through jax's steps, i.e. [`ferrax_cuda_potrf`]).
     pub fn ferrax_cuda_cholesky(CHOLESKY, Cuda) {
         ctx stream: Stream;
-        arg a: Matrices<T>;
-        ret l: Matrices<T>;
-        attr symmetrize_input: bool;
+        operands ops: Cholesky;
         dtype T: GpuScalar = a;
         body = cholesky_cuda;
     }
 }
 
-fn cholesky_cuda<T: GpuScalar>(
-    stream: Stream,
-    a: Matrices<'_, T>,
-    l: Matrices<'_, T>,
-    symmetrize_input: bool,
-) -> Result<()> {
-    let shape = cholesky_shapes(&a, &l)?;
+fn cholesky_cuda<T: GpuScalar>(stream: Stream, ops: Cholesky<'_, T>) -> Result<()> {
+    let shape = ops.shape()?;
+    let Cholesky {
+        a,
+        l,
+        symmetrize_input,
+    } = ops;
     let gpu = GpuStream::adopt(stream)?;
     if shape.batch == 0 || shape.rows == 0 {
         return Ok(());
@@ -80,13 +74,16 @@ fn cholesky_cuda<T: GpuScalar>(
 fn potrf_cuda<T: GpuScalar>(
     stream: Stream,
     scratch: ScratchAllocator<'_>,
-    a: Matrices<'_, T>,
-    factor: Matrices<'_, T>,
-    info: Array<'_, i32>,
-    uplo: Uplo,
+    ops: Potrf<'_, T>,
 ) -> Result<()> {
+    let shape = ops.shape()?;
+    let Potrf {
+        a,
+        factor,
+        info,
+        uplo,
+    } = ops;
     let lower = u32::from(uplo.is_lower());
-    let shape = potrf_shapes(&a, &factor, &info)?;
     if shape.batch == 0 {
         return Ok(());
     }

@@ -14,31 +14,48 @@ pub mod cpu;
 pub mod cuda;
 
 use crate::ffi::{Array, MatrixBatch, Matrices, NativeType, Result};
+use crate::linalg::flags::Uplo;
 use std::ffi::CStr;
 
 pub const POTRF: &CStr = c"ferrax_potrf";
 pub const CHOLESKY: &CStr = c"ferrax_cholesky";
 
-/// Checks potrf's `factor` and `info` against `a` (square matrices); returns a's shape.
-pub(crate) fn potrf_shapes<T: NativeType>(
-    a: &Matrices<'_, T>,
-    factor: &Matrices<'_, T>,
-    info: &Array<'_, i32>,
-) -> Result<MatrixBatch> {
-    a.expect_square()?;
-    factor.expect_dims(a.dims())?;
-    info.expect_dims(a.batch_dims())?;
-    Ok(a.shape)
+crate::ffi_operands! {
+    /// `potrf`'s operands.
+    pub struct Potrf<'a, T> {
+        arg a: Matrices<'a, T>,
+        ret factor: Matrices<'a, T>,
+        ret info: Array<'a, i32>,
+        attr uplo: Uplo,
+    }
 }
 
-/// Checks cholesky's `l` against `a` (square matrices); returns a's shape.
-pub(crate) fn cholesky_shapes<T: NativeType>(
-    a: &Matrices<'_, T>,
-    l: &Matrices<'_, T>,
-) -> Result<MatrixBatch> {
-    a.expect_square()?;
-    l.expect_dims(a.dims())?;
-    Ok(a.shape)
+impl<T: NativeType> Potrf<'_, T> {
+    /// Checks `factor` and `info` against `a` (square matrices); returns a's shape.
+    pub(crate) fn shape(&self) -> Result<MatrixBatch> {
+        self.a.expect_square()?;
+        self.factor.expect_dims(self.a.dims())?;
+        self.info.expect_dims(self.a.batch_dims())?;
+        Ok(self.a.shape)
+    }
+}
+
+crate::ffi_operands! {
+    /// `cholesky`'s operands.
+    pub struct Cholesky<'a, T> {
+        arg a: Matrices<'a, T>,
+        ret l: Matrices<'a, T>,
+        attr symmetrize_input: bool,
+    }
+}
+
+impl<T: NativeType> Cholesky<'_, T> {
+    /// Checks `l` against `a` (square matrices); returns a's shape.
+    pub(crate) fn shape(&self) -> Result<MatrixBatch> {
+        self.a.expect_square()?;
+        self.l.expect_dims(self.a.dims())?;
+        Ok(self.a.shape)
+    }
 }
 
 pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS, cuda::HANDLERS];

@@ -1,21 +1,18 @@
 //! The CPU handlers of the QR family: [`crate::linalg::qr`] on XLA's arrays and thread pool.
 
-use super::{geqp3_shapes, geqrf_shapes, orgqr_shapes, ormqr_shapes, qr_shapes};
-use super::{GEQP3, GEQRF, ORGQR, ORMQR, QR};
-use crate::ffi::{Array, Matrices, Result, ThreadPool};
+use super::{Geqp3, Geqrf, Orgqr, Ormqr, Qr, GEQP3, GEQRF, ORGQR, ORMQR, QR};
+use crate::ffi::{Matrices, Result, ThreadPool};
 use crate::ffi_handlers;
 use crate::linalg::flags::{Side, Trans};
 use crate::linalg::matrix::{InOut, Layout};
-use crate::linalg::qr::{self, Geqp3};
+use crate::linalg::qr::{self, Geqp3Scalar};
 use crate::linalg::LapackScalar;
 
 ffi_handlers! {
     /// Householder QR on the host, batch split across XLA's thread pool.
     pub fn ferrax_cpu_geqrf(GEQRF, Cpu) {
         ctx pool: ThreadPool;
-        arg x: Matrices<T>;
-        ret x_out: Matrices<T>;
-        ret tau: Array<T>;
+        operands ops: Geqrf;
         dtype T: LapackScalar = x;
         body = geqrf_cpu;
     }
@@ -23,9 +20,7 @@ ffi_handlers! {
     /// Q from Householder reflectors on the host, batch split across XLA's thread pool.
     pub fn ferrax_cpu_orgqr(ORGQR, Cpu) {
         ctx pool: ThreadPool;
-        arg x: Matrices<T>;
-        arg tau: Array<T>;
-        ret x_out: Matrices<T>;
+        operands ops: Orgqr;
         dtype T: LapackScalar = x;
         body = orgqr_cpu;
     }
@@ -34,12 +29,7 @@ ffi_handlers! {
     /// thread pool.
     pub fn ferrax_cpu_ormqr(ORMQR, Cpu) {
         ctx pool: ThreadPool;
-        arg a: Matrices<T>;
-        arg tau: Array<T>;
-        arg c: Matrices<T>;
-        ret c_out: Matrices<T>;
-        attr left: bool;
-        attr transpose: bool;
+        operands ops: Ormqr;
         dtype T: LapackScalar = a;
         body = ormqr_cpu;
     }
@@ -47,22 +37,15 @@ ffi_handlers! {
     /// QR with column pivoting on the host, batch split across XLA's thread pool.
     pub fn ferrax_cpu_geqp3(GEQP3, Cpu) {
         ctx pool: ThreadPool;
-        arg x: Matrices<T>;
-        arg jpvt: Array<i32>;
-        ret x_out: Matrices<T>;
-        ret jpvt_out: Array<i32>;
-        ret tau: Array<T>;
-        dtype T: Geqp3 = x;
+        operands ops: Geqp3;
+        dtype T: Geqp3Scalar = x;
         body = geqp3_cpu;
     }
 
     /// jax's `qr` on the host, batch split across XLA's thread pool.
     pub fn ferrax_cpu_qr(QR, Cpu) {
         ctx pool: ThreadPool;
-        arg a: Matrices<T>;
-        ret q: Matrices<T>;
-        ret r: Matrices<T>;
-        attr full_matrices: bool;
+        operands ops: Qr;
         dtype T: LapackScalar = a;
         body = qr_cpu;
     }
@@ -76,71 +59,42 @@ fn in_out<T: LapackScalar>(input: &Matrices<'_, T>, output: &Matrices<'_, T>) ->
     }
 }
 
-fn geqrf_cpu<T: LapackScalar>(
-    pool: ThreadPool<'_>,
-    x: Matrices<'_, T>,
-    x_out: Matrices<'_, T>,
-    tau: Array<'_, T>,
-) -> Result<()> {
-    geqrf_shapes(&x, &x_out, &tau)?;
+fn geqrf_cpu<T: LapackScalar>(pool: ThreadPool<'_>, ops: Geqrf<'_, T>) -> Result<()> {
+    ops.shape()?;
     // SAFETY: a result distinct from the others, written by the core alone.
-    qr::geqrf(&pool, in_out(&x, &x_out), unsafe { tau.as_mut_slice() })
+    let tau = unsafe { ops.tau.as_mut_slice() };
+    qr::geqrf(&pool, in_out(&ops.x, &ops.x_out), tau)
 }
 
-fn orgqr_cpu<T: LapackScalar>(
-    pool: ThreadPool<'_>,
-    x: Matrices<'_, T>,
-    tau: Array<'_, T>,
-    x_out: Matrices<'_, T>,
-) -> Result<()> {
-    let (_, k) = orgqr_shapes(&x, &tau, &x_out)?;
+fn orgqr_cpu<T: LapackScalar>(pool: ThreadPool<'_>, ops: Orgqr<'_, T>) -> Result<()> {
+    let (_, k) = ops.shape()?;
     // SAFETY: an argument, distinct from the result.
-    qr::orgqr(&pool, in_out(&x, &x_out), k, unsafe { tau.as_slice() })
+    let tau = unsafe { ops.tau.as_slice() };
+    qr::orgqr(&pool, in_out(&ops.x, &ops.x_out), k, tau)
 }
 
-#[allow(clippy::too_many_arguments)] // one parameter per operand, as ffi_handlers! passes them
-fn ormqr_cpu<T: LapackScalar>(
-    pool: ThreadPool<'_>,
-    a: Matrices<'_, T>,
-    tau: Array<'_, T>,
-    c: Matrices<'_, T>,
-    c_out: Matrices<'_, T>,
-    left: bool,
-    transpose: bool,
-) -> Result<()> {
-    let shapes = ormqr_shapes(&a, &tau, &c, &c_out, left)?;
-    let side = if left { Side::Left } else { Side::Right };
-    let trans = if transpose { Trans::Transpose } else { Trans::No };
-    let reflectors = a.view(Layout::ColumnMajor);
+fn ormqr_cpu<T: LapackScalar>(pool: ThreadPool<'_>, ops: Ormqr<'_, T>) -> Result<()> {
+    let shapes = ops.shapes()?;
+    let side = if ops.left { Side::Left } else { Side::Right };
+    let trans = if ops.transpose { Trans::Transpose } else { Trans::No };
+    let reflectors = ops.a.view(Layout::ColumnMajor);
     // SAFETY: an argument, distinct from the result.
-    let tau = unsafe { tau.as_slice() };
-    qr::ormqr(&pool, side, trans, reflectors, shapes.k, tau, in_out(&c, &c_out))
+    let tau = unsafe { ops.tau.as_slice() };
+    let c = in_out(&ops.c, &ops.c_out);
+    qr::ormqr(&pool, side, trans, reflectors, shapes.k, tau, c)
 }
 
-fn geqp3_cpu<T: Geqp3>(
-    pool: ThreadPool<'_>,
-    x: Matrices<'_, T>,
-    jpvt: Array<'_, i32>,
-    x_out: Matrices<'_, T>,
-    jpvt_out: Array<'_, i32>,
-    tau: Array<'_, T>,
-) -> Result<()> {
-    geqp3_shapes(&x, &jpvt, &x_out, &jpvt_out, &tau)?;
+fn geqp3_cpu<T: Geqp3Scalar>(pool: ThreadPool<'_>, ops: Geqp3<'_, T>) -> Result<()> {
+    ops.shape()?;
     // The core takes the pivots in place (a no-op where XLA aliased the two).
-    jpvt.buffer.copy_into(&jpvt_out.buffer)?;
+    ops.jpvt.buffer.copy_into(&ops.jpvt_out.buffer)?;
     // SAFETY: results distinct from each other, written by the core alone.
-    let (jpvt_out, tau) = unsafe { (jpvt_out.as_mut_slice(), tau.as_mut_slice()) };
-    qr::geqp3(&pool, in_out(&x, &x_out), jpvt_out, tau)
+    let (jpvt, tau) = unsafe { (ops.jpvt_out.as_mut_slice(), ops.tau.as_mut_slice()) };
+    qr::geqp3(&pool, in_out(&ops.x, &ops.x_out), jpvt, tau)
 }
 
-fn qr_cpu<T: LapackScalar>(
-    pool: ThreadPool<'_>,
-    a: Matrices<'_, T>,
-    q: Matrices<'_, T>,
-    r: Matrices<'_, T>,
-    full_matrices: bool,
-) -> Result<()> {
-    qr_shapes(&a, &q, &r, full_matrices)?;
-    let [a, q, r] = [&a, &q, &r].map(|m| m.view(Layout::RowMajor));
-    qr::qr(&pool, a, q, r, full_matrices)
+fn qr_cpu<T: LapackScalar>(pool: ThreadPool<'_>, ops: Qr<'_, T>) -> Result<()> {
+    ops.shape()?;
+    let [a, q, r] = [&ops.a, &ops.q, &ops.r].map(|m| m.view(Layout::RowMajor));
+    qr::qr(&pool, a, q, r, ops.full_matrices)
 }

@@ -1,12 +1,11 @@
 //! The CUDA handlers of the QR family: ferrax's PTX kernels for small matrices, cuBLAS's
 //! batched or cuSOLVER's looped routines for the rest.
 
-use super::{geqrf_shapes, orgqr_shapes, ormqr_shapes, qr_shapes, OrmqrShapes};
-use super::{GEQRF, ORGQR, ORMQR, QR};
+use super::{Geqrf, Orgqr, Ormqr, OrmqrShapes, Qr, GEQRF, ORGQR, ORMQR, QR};
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Op, Side};
 use crate::cuda::{param, small_kernel, GpuLibrary, GpuScalar, GpuStream};
-use crate::ffi::{Array, Error, MatrixBatch, Matrices, Result, ScratchAllocator, Stream};
+use crate::ffi::{Error, MatrixBatch, Matrices, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
 use crate::linalg::lapack_int;
 use ferrax_kernels::launch::ScalarKind;
@@ -29,9 +28,7 @@ ffi_handlers! {
     pub fn ferrax_cuda_geqrf(GEQRF, Cuda) {
         ctx stream: Stream;
         ctx scratch: ScratchAllocator;
-        arg x: Matrices<T>;
-        ret x_out: Matrices<T>;
-        ret tau: Array<T>;
+        operands ops: Geqrf;
         dtype T: GpuScalar = x;
         body = geqrf_cuda;
     }
@@ -42,10 +39,7 @@ ffi_handlers! {
     pub fn ferrax_cuda_qr(QR, Cuda) {
         ctx stream: Stream;
         ctx scratch: ScratchAllocator;
-        arg a: Matrices<T>;
-        ret q: Matrices<T>;
-        ret r: Matrices<T>;
-        attr full_matrices: bool;
+        operands ops: Qr;
         dtype T: GpuScalar = a;
         body = qr_cuda;
     }
@@ -55,9 +49,7 @@ ffi_handlers! {
     pub fn ferrax_cuda_orgqr(ORGQR, Cuda) {
         ctx stream: Stream;
         ctx scratch: ScratchAllocator;
-        arg x: Matrices<T>;
-        arg tau: Array<T>;
-        ret x_out: Matrices<T>;
+        operands ops: Orgqr;
         dtype T: GpuScalar = x;
         body = orgqr_cuda;
     }
@@ -68,12 +60,7 @@ ffi_handlers! {
     pub fn ferrax_cuda_ormqr(ORMQR, Cuda) {
         ctx stream: Stream;
         ctx scratch: ScratchAllocator;
-        arg a: Matrices<T>;
-        arg tau: Array<T>;
-        arg c: Matrices<T>;
-        ret c_out: Matrices<T>;
-        attr left: bool;
-        attr transpose: bool;
+        operands ops: Ormqr;
         dtype T: GpuScalar = a;
         body = ormqr_cuda;
     }
@@ -97,12 +84,11 @@ fn gpu_in_place<T: GpuScalar>(
 fn geqrf_cuda<T: GpuScalar>(
     stream: Stream,
     scratch: ScratchAllocator<'_>,
-    x: Matrices<'_, T>,
-    x_out: Matrices<'_, T>,
-    tau: Array<'_, T>,
+    ops: Geqrf<'_, T>,
 ) -> Result<()> {
     let kind = T::KIND;
-    let shape = geqrf_shapes(&x, &x_out, &tau)?;
+    let shape = ops.shape()?;
+    let Geqrf { x, x_out, tau } = ops;
     if shape.batch == 0 || shape.matrix_len() == 0 {
         return Ok(());
     }
@@ -177,13 +163,16 @@ fn geqrf_library<T: Dense + Batched>(
 fn qr_cuda<T: GpuScalar>(
     stream: Stream,
     scratch: ScratchAllocator<'_>,
-    a: Matrices<'_, T>,
-    q: Matrices<'_, T>,
-    r: Matrices<'_, T>,
-    full_matrices: bool,
+    ops: Qr<'_, T>,
 ) -> Result<()> {
     let kind = T::KIND;
-    let (shape, q_cols) = qr_shapes(&a, &q, &r, full_matrices)?;
+    let (shape, q_cols) = ops.shape()?;
+    let Qr {
+        a,
+        q,
+        r,
+        full_matrices,
+    } = ops;
     if shape.batch == 0 || shape.rows == 0 {
         return Ok(()); // Q and R are empty
     }
@@ -287,12 +276,11 @@ fn qr_library<T: Dense + Batched>(
 fn orgqr_cuda<T: GpuScalar>(
     stream: Stream,
     scratch: ScratchAllocator<'_>,
-    x: Matrices<'_, T>,
-    tau: Array<'_, T>,
-    x_out: Matrices<'_, T>,
+    ops: Orgqr<'_, T>,
 ) -> Result<()> {
     let kind = T::KIND;
-    let (shape, k) = orgqr_shapes(&x, &tau, &x_out)?;
+    let (shape, k) = ops.shape()?;
+    let Orgqr { x, tau, x_out } = ops;
     if shape.batch == 0 || shape.matrix_len() == 0 {
         return Ok(());
     }
@@ -360,19 +348,21 @@ fn orgqr_library<T: Dense>(
 }
 
 
-#[allow(clippy::too_many_arguments)] // one parameter per operand, as ffi_handlers! passes them
 fn ormqr_cuda<T: GpuScalar>(
     stream: Stream,
     scratch: ScratchAllocator<'_>,
-    a: Matrices<'_, T>,
-    tau: Array<'_, T>,
-    c: Matrices<'_, T>,
-    c_out: Matrices<'_, T>,
-    left: bool,
-    transpose: bool,
+    ops: Ormqr<'_, T>,
 ) -> Result<()> {
     let kind = T::KIND;
-    let shapes = ormqr_shapes(&a, &tau, &c, &c_out, left)?;
+    let shapes = ops.shapes()?;
+    let Ormqr {
+        a,
+        tau,
+        c,
+        c_out,
+        left,
+        transpose,
+    } = ops;
     let shape = shapes.c;
     if shape.batch == 0 {
         return Ok(());

@@ -29,22 +29,29 @@ pub const ORMQR: &CStr = c"ferrax_ormqr";
 pub const GEQP3: &CStr = c"ferrax_geqp3";
 pub const QR: &CStr = c"ferrax_qr";
 
-/// Checks geqrf's `x_out` and `tau` against `x [..., m, n]`; returns x's shape.
-pub(crate) fn geqrf_shapes<T: NativeType>(
-    x: &Matrices<'_, T>,
-    x_out: &Matrices<'_, T>,
-    tau: &Array<'_, T>,
-) -> Result<MatrixBatch> {
-    x_out.expect_dims(x.dims())?;
-    let k = x.shape.rows.min(x.shape.cols);
-    tau.expect_dims(&[x.batch_dims(), &[k as i64]].concat())?;
-    Ok(x.shape)
+crate::ffi_operands! {
+    /// `geqrf`'s operands.
+    pub struct Geqrf<'a, T> {
+        arg x: Matrices<'a, T>,
+        ret x_out: Matrices<'a, T>,
+        ret tau: Array<'a, T>,
+    }
 }
 
-/// The reflector count `k` of `tau [..., k]` for matrices `a` of `cols` columns (`k <= cols`).
-fn reflector_count<T: NativeType, U: NativeType>(
+impl<T: NativeType> Geqrf<'_, T> {
+    /// Checks `x_out` and `tau` against `x [..., m, n]`; returns x's shape.
+    pub(crate) fn shape(&self) -> Result<MatrixBatch> {
+        self.x_out.expect_dims(self.x.dims())?;
+        let k = self.x.shape.rows.min(self.x.shape.cols);
+        self.tau.expect_dims(&[self.x.batch_dims(), &[k as i64]].concat())?;
+        Ok(self.x.shape)
+    }
+}
+
+/// The reflector count `k` of `tau [..., k]` for the reflector matrices `a` (`k <= max`).
+fn reflector_count<T: NativeType>(
     a: &Matrices<'_, T>,
-    tau: &Array<'_, U>,
+    tau: &Array<'_, T>,
     max: usize,
 ) -> Result<usize> {
     let batch_dims = a.batch_dims();
@@ -57,22 +64,41 @@ fn reflector_count<T: NativeType, U: NativeType>(
     }
 }
 
-/// Checks orgqr's operands (m >= n, `tau [..., k]` with k <= n); returns x's shape and k.
-pub(crate) fn orgqr_shapes<T: NativeType>(
-    x: &Matrices<'_, T>,
-    tau: &Array<'_, T>,
-    x_out: &Matrices<'_, T>,
-) -> Result<(MatrixBatch, usize)> {
-    let shape = x.shape;
-    if shape.rows < shape.cols {
-        return Err(x.mismatch(
-            "matrices with at least as many rows as columns".into(),
-            format!("shape {:?}", x.dims()),
-        ));
+crate::ffi_operands! {
+    /// `orgqr`'s operands.
+    pub struct Orgqr<'a, T> {
+        arg x: Matrices<'a, T>,
+        arg tau: Array<'a, T>,
+        ret x_out: Matrices<'a, T>,
     }
-    let k = reflector_count(x, tau, shape.cols)?;
-    x_out.expect_dims(x.dims())?;
-    Ok((shape, k))
+}
+
+impl<T: NativeType> Orgqr<'_, T> {
+    /// Checks the operands (m >= n, `tau [..., k]` with k <= n); returns x's shape and k.
+    pub(crate) fn shape(&self) -> Result<(MatrixBatch, usize)> {
+        let shape = self.x.shape;
+        if shape.rows < shape.cols {
+            return Err(self.x.mismatch(
+                "matrices with at least as many rows as columns".into(),
+                format!("shape {:?}", self.x.dims()),
+            ));
+        }
+        let k = reflector_count(&self.x, &self.tau, shape.cols)?;
+        self.x_out.expect_dims(self.x.dims())?;
+        Ok((shape, k))
+    }
+}
+
+crate::ffi_operands! {
+    /// `ormqr`'s operands.
+    pub struct Ormqr<'a, T> {
+        arg a: Matrices<'a, T>,
+        arg tau: Array<'a, T>,
+        arg c: Matrices<'a, T>,
+        ret c_out: Matrices<'a, T>,
+        attr left: bool,
+        attr transpose: bool,
+    }
 }
 
 /// The shapes of ormqr's operands: the reflectors' matrices, c's, and the reflector count k.
@@ -82,77 +108,89 @@ pub(crate) struct OrmqrShapes {
     pub k: usize,
 }
 
-/// Checks ormqr's operands against the reflectors `a [..., q, a_cols]`: `c [..., q, n]` (left)
-/// or `[..., m, q]` (right), `c_out` as `c`, and `tau [..., k]` with k <= min(q, a_cols).
-pub(crate) fn ormqr_shapes<T: NativeType>(
-    a: &Matrices<'_, T>,
-    tau: &Array<'_, T>,
-    c: &Matrices<'_, T>,
-    c_out: &Matrices<'_, T>,
-    left: bool,
-) -> Result<OrmqrShapes> {
-    let reflectors = a.shape;
-    let batch_dims = a.batch_dims();
-    let q_order = reflectors.rows;
-    let shape = c.shape;
-    // Q (q_order x q_order) meets c's rows from the left, its columns from the right.
-    let (meets, expected) = if left {
-        (shape.rows, format!("[{q_order}, n]"))
-    } else {
-        (shape.cols, format!("[m, {q_order}]"))
-    };
-    if c.batch_dims() != batch_dims || meets != q_order {
-        return Err(c.mismatch(
-            format!(
-                "shape {batch_dims:?} + {expected} (left = {left}, a's shape {:?})",
-                a.dims()
-            ),
-            format!("shape {:?}", c.dims()),
-        ));
+impl<T: NativeType> Ormqr<'_, T> {
+    /// Checks the operands against the reflectors `a [..., q, a_cols]`: `c [..., q, n]` (left)
+    /// or `[..., m, q]` (right), `c_out` as `c`, and `tau [..., k]` with k <= min(q, a_cols).
+    pub(crate) fn shapes(&self) -> Result<OrmqrShapes> {
+        let (a, c, left) = (&self.a, &self.c, self.left);
+        let reflectors = a.shape;
+        let batch_dims = a.batch_dims();
+        let q_order = reflectors.rows;
+        let shape = c.shape;
+        // Q (q_order x q_order) meets c's rows from the left, its columns from the right.
+        let (meets, expected) = if left {
+            (shape.rows, format!("[{q_order}, n]"))
+        } else {
+            (shape.cols, format!("[m, {q_order}]"))
+        };
+        if c.batch_dims() != batch_dims || meets != q_order {
+            return Err(c.mismatch(
+                format!(
+                    "shape {batch_dims:?} + {expected} (left = {left}, a's shape {:?})",
+                    a.dims()
+                ),
+                format!("shape {:?}", c.dims()),
+            ));
+        }
+        // LAPACK reads k reflectors, a's first k columns, each of length q_order.
+        let k = reflector_count(a, &self.tau, reflectors.rows.min(reflectors.cols))?;
+        self.c_out.expect_dims(c.dims())?;
+        Ok(OrmqrShapes {
+            reflectors,
+            c: shape,
+            k,
+        })
     }
-    // LAPACK reads k reflectors, a's first k columns, each of length q_order.
-    let k = reflector_count(a, tau, reflectors.rows.min(reflectors.cols))?;
-    c_out.expect_dims(c.dims())?;
-    Ok(OrmqrShapes {
-        reflectors,
-        c: shape,
-        k,
-    })
 }
 
-/// Checks geqp3's `jpvt`, results and `tau` against `x [..., m, n]`; returns x's shape.
-pub(crate) fn geqp3_shapes<T: NativeType>(
-    x: &Matrices<'_, T>,
-    jpvt: &Array<'_, i32>,
-    x_out: &Matrices<'_, T>,
-    jpvt_out: &Array<'_, i32>,
-    tau: &Array<'_, T>,
-) -> Result<MatrixBatch> {
-    let shape = x.shape;
-    let batch_dims = x.batch_dims();
-    jpvt.expect_dims(&[batch_dims, &[shape.cols as i64]].concat())?;
-    let k = shape.rows.min(shape.cols);
-    tau.expect_dims(&[batch_dims, &[k as i64]].concat())?;
-    x_out.expect_dims(x.dims())?;
-    jpvt_out.expect_dims(jpvt.dims())?;
-    Ok(shape)
+crate::ffi_operands! {
+    /// `geqp3`'s operands.
+    pub struct Geqp3<'a, T> {
+        arg x: Matrices<'a, T>,
+        arg jpvt: Array<'a, i32>,
+        ret x_out: Matrices<'a, T>,
+        ret jpvt_out: Array<'a, i32>,
+        ret tau: Array<'a, T>,
+    }
 }
 
-/// Checks `q` and `r` against `a [..., m, n]` (`q [..., m, mq]`, `r [..., mq, n]`); returns
-/// a's shape and `mq`.
-pub(crate) fn qr_shapes<T: NativeType>(
-    a: &Matrices<'_, T>,
-    q: &Matrices<'_, T>,
-    r: &Matrices<'_, T>,
-    full_matrices: bool,
-) -> Result<(MatrixBatch, usize)> {
-    let shape = a.shape;
-    let (rows, cols) = (shape.rows, shape.cols);
-    let q_cols = q_columns(rows, cols, full_matrices);
-    for (result, dims) in [(q, [rows, q_cols]), (r, [q_cols, cols])] {
-        result.expect_dims(&[a.batch_dims(), &[dims[0] as i64, dims[1] as i64]].concat())?;
+impl<T: NativeType> Geqp3<'_, T> {
+    /// Checks `jpvt`, the results and `tau` against `x [..., m, n]`; returns x's shape.
+    pub(crate) fn shape(&self) -> Result<MatrixBatch> {
+        let shape = self.x.shape;
+        let batch_dims = self.x.batch_dims();
+        self.jpvt.expect_dims(&[batch_dims, &[shape.cols as i64]].concat())?;
+        let k = shape.rows.min(shape.cols);
+        self.tau.expect_dims(&[batch_dims, &[k as i64]].concat())?;
+        self.x_out.expect_dims(self.x.dims())?;
+        self.jpvt_out.expect_dims(self.jpvt.dims())?;
+        Ok(shape)
     }
-    Ok((shape, q_cols))
+}
+
+crate::ffi_operands! {
+    /// `qr`'s operands.
+    pub struct Qr<'a, T> {
+        arg a: Matrices<'a, T>,
+        ret q: Matrices<'a, T>,
+        ret r: Matrices<'a, T>,
+        attr full_matrices: bool,
+    }
+}
+
+impl<T: NativeType> Qr<'_, T> {
+    /// Checks `q` and `r` against `a [..., m, n]` (`q [..., m, mq]`, `r [..., mq, n]`);
+    /// returns a's shape and `mq`.
+    pub(crate) fn shape(&self) -> Result<(MatrixBatch, usize)> {
+        let shape = self.a.shape;
+        let (rows, cols) = (shape.rows, shape.cols);
+        let q_cols = q_columns(rows, cols, self.full_matrices);
+        for (result, dims) in [(&self.q, [rows, q_cols]), (&self.r, [q_cols, cols])] {
+            let dims = [self.a.batch_dims(), &[dims[0] as i64, dims[1] as i64]].concat();
+            result.expect_dims(&dims)?;
+        }
+        Ok((shape, q_cols))
+    }
 }
 
 pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS, cuda::HANDLERS];

@@ -1,8 +1,8 @@
 //! The CPU handler of threefry: the kernels crate's hash, vectorized, split across XLA's
 //! thread pool.
 
-use super::{expect_same_shape, THREEFRY2X32};
-use crate::ffi::{Array, Result, ThreadPool};
+use super::{Threefry, THREEFRY2X32};
+use crate::ffi::{Result, ThreadPool};
 use crate::ffi_handlers;
 use crate::linalg::parallel::{parallel_chunks, SharedMut};
 
@@ -13,38 +13,24 @@ ffi_handlers! {
     /// Threefry-2x32 hash on the host, vectorized and split across XLA's thread pool.
     pub fn ferrax_cpu_threefry2x32(THREEFRY2X32, Cpu) {
         ctx pool: ThreadPool;
-        arg key0: Array<u32>;
-        arg key1: Array<u32>;
-        arg x0: Array<u32>;
-        arg x1: Array<u32>;
-        ret out0: Array<u32>;
-        ret out1: Array<u32>;
+        operands ops: Threefry;
         body = threefry_cpu;
     }
 }
 
-fn threefry_cpu(
-    pool: ThreadPool<'_>,
-    key0: Array<'_, u32>,
-    key1: Array<'_, u32>,
-    x0: Array<'_, u32>,
-    x1: Array<'_, u32>,
-    out0: Array<'_, u32>,
-    out1: Array<'_, u32>,
-) -> Result<()> {
-    expect_same_shape([&key0, &key1, &x0, &x1, &out0, &out1])?;
+fn threefry_cpu(pool: ThreadPool<'_>, ops: Threefry<'_>) -> Result<()> {
+    let n = ops.len()?;
     // SAFETY: results are distinct from arguments and each other (no aliasing declared).
     let (k0, k1, a, b, y0, y1) = unsafe {
         (
-            key0.as_slice(),
-            key1.as_slice(),
-            x0.as_slice(),
-            x1.as_slice(),
-            out0.as_mut_slice(),
-            out1.as_mut_slice(),
+            ops.key0.as_slice(),
+            ops.key1.as_slice(),
+            ops.x0.as_slice(),
+            ops.x1.as_slice(),
+            ops.out0.as_mut_slice(),
+            ops.out1.as_mut_slice(),
         )
     };
-    let n = y0.len();
     let (y0, y1) = (SharedMut(y0.as_mut_ptr()), SharedMut(y1.as_mut_ptr()));
     parallel_chunks(&pool, n, ELEMENTS_PER_TASK, &|range| {
         // SAFETY: chunks are disjoint ranges of the outputs.

@@ -1,6 +1,6 @@
 //! The CUDA handlers of threefry: ferrax's PTX kernels on XLA's stream.
 
-use super::{expect_same_shape, THREEFRY2X32, THREEFRY2X32_BITS};
+use super::{Threefry, THREEFRY2X32, THREEFRY2X32_BITS};
 use crate::cuda::{param, GpuStream};
 use crate::ffi::{Array, Buffer, DataType, Error, Result, Stream};
 use crate::ffi_handlers;
@@ -9,12 +9,7 @@ ffi_handlers! {
     /// Threefry-2x32 hash on the GPU (element-wise over four materialized arrays).
     pub fn ferrax_cuda_threefry2x32(THREEFRY2X32, Cuda) {
         ctx stream: Stream;
-        arg key0: Array<u32>;
-        arg key1: Array<u32>;
-        arg x0: Array<u32>;
-        arg x1: Array<u32>;
-        ret out0: Array<u32>;
-        ret out1: Array<u32>;
+        operands ops: Threefry;
         body = threefry_cuda;
     }
 
@@ -28,23 +23,14 @@ ffi_handlers! {
         body = bits_cuda;
     }
 }
-fn threefry_cuda(
-    stream: Stream,
-    key0: Array<'_, u32>,
-    key1: Array<'_, u32>,
-    x0: Array<'_, u32>,
-    x1: Array<'_, u32>,
-    out0: Array<'_, u32>,
-    out1: Array<'_, u32>,
-) -> Result<()> {
-    expect_same_shape([&key0, &key1, &x0, &x1, &out0, &out1])?;
-    let n = out0.len() as u64;
+fn threefry_cuda(stream: Stream, ops: Threefry<'_>) -> Result<()> {
+    let n = ops.len()? as u64;
     if n == 0 {
         return Ok(());
     }
     let gpu = GpuStream::adopt(stream)?;
     let config = ferrax_kernels::threefry::launch_config(n, gpu.multiprocessors()?);
-    let pointers = [&key0, &key1, &x0, &x1, &out0, &out1].map(|a| a.ptr());
+    let pointers = [ops.key0, ops.key1, ops.x0, ops.x1, ops.out0, ops.out1].map(|a| a.ptr());
     let mut params: Vec<_> = pointers.iter().map(param).collect();
     params.push(param(&n));
     // SAFETY: six device buffers of n uint32 each and n, as the entry point declares.

@@ -12,14 +12,28 @@ pub const THREEFRY2X32: &CStr = c"ferrax_threefry2x32";
 /// Random bits with the counters made inside the kernel (GPU only).
 pub const THREEFRY2X32_BITS: &CStr = c"ferrax_threefry2x32_bits";
 
-/// The contract of `cu_threefry2x32_ffi`: every operand of one shape (jax broadcasts the keys
-/// before the call).
-pub(crate) fn expect_same_shape(arrays: [&Array<'_, u32>; 6]) -> Result<()> {
-    let shape = arrays[4].dims();
-    for array in arrays {
-        array.expect_dims(shape)?;
+crate::ffi_operands! {
+    /// `threefry2x32`'s operands.
+    pub struct Threefry<'a> {
+        arg key0: Array<'a, u32>,
+        arg key1: Array<'a, u32>,
+        arg x0: Array<'a, u32>,
+        arg x1: Array<'a, u32>,
+        ret out0: Array<'a, u32>,
+        ret out1: Array<'a, u32>,
     }
-    Ok(())
+}
+
+impl Threefry<'_> {
+    /// The contract of `cu_threefry2x32_ffi`: every operand of one shape (jax broadcasts the
+    /// keys before the call); returns the element count.
+    pub(crate) fn len(&self) -> Result<usize> {
+        let shape = self.out0.dims();
+        for array in [&self.key0, &self.key1, &self.x0, &self.x1, &self.out0, &self.out1] {
+            array.expect_dims(shape)?;
+        }
+        Ok(self.out0.len())
+    }
 }
 
 pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS, cuda::HANDLERS];

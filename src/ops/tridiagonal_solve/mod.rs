@@ -16,7 +16,7 @@ pub const GTSV: &CStr = c"ferrax_gtsv";
 pub const PERTURBED: &CStr = c"ferrax_tridiagonal_solve_perturbed";
 
 /// Checks the diagonals against `b [..., m, nrhs]`: shape `[..., m]`; returns b's shape.
-pub(crate) fn expect_diagonals<T: NativeType>(
+fn expect_diagonals<T: NativeType>(
     diagonals: [&Array<'_, T>; 3],
     b: &Matrices<'_, T>,
 ) -> Result<MatrixBatch> {
@@ -25,6 +25,51 @@ pub(crate) fn expect_diagonals<T: NativeType>(
         diagonal.expect_dims(&dims[..dims.len() - 1])?;
     }
     Ok(b.shape)
+}
+
+crate::ffi_operands! {
+    /// `gtsv`'s operands.
+    pub struct Gtsv<'a, T> {
+        arg dl: Array<'a, T>,
+        arg d: Array<'a, T>,
+        arg du: Array<'a, T>,
+        arg b: Matrices<'a, T>,
+        ret dl_out: Array<'a, T>,
+        ret d_out: Array<'a, T>,
+        ret du_out: Array<'a, T>,
+        ret b_out: Matrices<'a, T>,
+        ret info: Array<'a, i32>,
+    }
+}
+
+impl<T: NativeType> Gtsv<'_, T> {
+    /// Checks the diagonals, `info` and `b_out` against `b`; returns b's shape.
+    pub(crate) fn shape(&self) -> Result<MatrixBatch> {
+        let shape = expect_diagonals([&self.dl, &self.d, &self.du], &self.b)?;
+        self.info.expect_dims(self.b.batch_dims())?;
+        self.b_out.expect_dims(self.b.dims())?;
+        Ok(shape)
+    }
+}
+
+crate::ffi_operands! {
+    /// `tridiagonal_solve_perturbed`'s operands.
+    pub struct Perturbed<'a, T> {
+        arg dl: Array<'a, T>,
+        arg d: Array<'a, T>,
+        arg du: Array<'a, T>,
+        arg b: Matrices<'a, T>,
+        ret x: Matrices<'a, T>,
+    }
+}
+
+impl<T: NativeType> Perturbed<'_, T> {
+    /// Checks the diagonals and `x` against `b`; returns b's shape.
+    pub(crate) fn shape(&self) -> Result<MatrixBatch> {
+        let shape = expect_diagonals([&self.dl, &self.d, &self.du], &self.b)?;
+        self.x.expect_dims(self.b.dims())?;
+        Ok(shape)
+    }
 }
 
 pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS];

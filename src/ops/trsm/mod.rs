@@ -7,23 +7,33 @@
 pub mod cpu;
 
 use crate::ffi::{MatrixBatch, Matrices, NativeType, Result};
-use crate::linalg::flags::Side;
+use crate::linalg::flags::{Diag, Side, Trans, Uplo};
 use std::ffi::CStr;
 
 pub const TRSM: &CStr = c"ferrax_trsm";
 
-/// Checks `x` and `y_out` against the right-hand sides `y`; returns y's shape.
-pub(crate) fn expect_shapes<T: NativeType>(
-    x: &Matrices<'_, T>,
-    y: &Matrices<'_, T>,
-    y_out: &Matrices<'_, T>,
-    side: Side,
-) -> Result<MatrixBatch> {
-    let shape = y.shape;
-    let k = if side == Side::Left { shape.rows } else { shape.cols } as i64;
-    x.expect_dims(&[y.batch_dims(), &[k, k]].concat())?;
-    y_out.expect_dims(y.dims())?;
-    Ok(shape)
+crate::ffi_operands! {
+    /// `trsm`'s operands.
+    pub struct Trsm<'a, T> {
+        arg x: Matrices<'a, T>,
+        arg y: Matrices<'a, T>,
+        ret y_out: Matrices<'a, T>,
+        attr side: Side,
+        attr uplo: Uplo,
+        attr trans_x: Trans,
+        attr diag: Diag,
+    }
+}
+
+impl<T: NativeType> Trsm<'_, T> {
+    /// Checks `x` and `y_out` against the right-hand sides `y`; returns y's shape.
+    pub(crate) fn shape(&self) -> Result<MatrixBatch> {
+        let shape = self.y.shape;
+        let k = if self.side == Side::Left { shape.rows } else { shape.cols } as i64;
+        self.x.expect_dims(&[self.y.batch_dims(), &[k, k]].concat())?;
+        self.y_out.expect_dims(self.y.dims())?;
+        Ok(shape)
+    }
 }
 
 pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS];
