@@ -17,6 +17,7 @@
 //! LAPACK's own `info` is reported as the kernels report it.
 
 use super::linalg::{self, guard, FERRAX_ROW_MAJOR as ROW};
+use crate::linalg::eigh::Evd;
 use crate::ops::Scalar;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
@@ -337,7 +338,7 @@ unsafe fn gesdd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 }
 
 /// syevd/heevd: data `[jobz, uplo, b, n, n, a]`, results `[a_out, w, info]`.
-unsafe fn syevd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn syevd<T: Evd>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (jobz, uplo) = (data.flag(0)?, data.flag(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
     let (a_out, w, info) = (out.ptr::<T>(0, 2)?, out.ptr(1, 1)?, out.ptr(2, 1)?);

@@ -10,6 +10,8 @@
 
 use super::host::{self, AttrValue, BufferArg};
 use crate::ffi::{DataType, NativeType};
+use crate::linalg::eigh::{self, Evd};
+use crate::linalg::flags::{Flag, Uplo, Vectors};
 use crate::linalg::matrix::{Batch, InOut, Layout};
 use crate::linalg::{getrf, LapackScalar};
 use crate::ops::{self, Scalar};
@@ -68,6 +70,12 @@ fn char_flag(name: &str, value: c_char, allowed: &[u8]) -> Result<AttrValue> {
         "{name} = {value}: expected one of {}",
         allowed.join(", ")
     ))
+}
+
+/// A LAPACK character flag, checked here so that errors name the C parameter.
+fn flag<F: Flag>(name: &str, value: c_char) -> Result<F> {
+    let value = value as u8;
+    F::from_letter(value).ok_or_else(|| format!("{name} = {value}: expected {}", F::expected()))
 }
 
 /// A batch of `rows x cols` matrices in the caller's layout at `data`, with leading dimension
@@ -520,7 +528,7 @@ unsafe fn svd<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn syevd<T: Scalar>(
+pub(crate) unsafe fn syevd<T: Evd>(
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -531,26 +539,13 @@ pub(crate) unsafe fn syevd<T: Scalar>(
     w: *mut Real<T>,
     info: *mut i32,
 ) -> Result<()> {
-    let uplo_flag = char_flag("uplo", uplo, b"LU")?;
-    let mode = char_flag("jobz", jobz, b"VN")?;
+    let uplo = flag::<Uplo>("uplo", uplo)?;
+    let jobz = flag::<Vectors>("jobz", jobz)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
-    let w = Output::new("w", w, batch * n, false)?;
-    let info = Output::new("info", info, batch, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    host::call(
-        ops::eigh::ferrax_cpu_syevd,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            buffer(vec![batch as i64, n as i64], w.data),
-            int_buffer(vec![batch as i64], info.data),
-        ],
-        &[("uplo", uplo_flag), ("mode", mode)],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
+    let w = output("w", w, batch * n)?;
+    let info = output("info", info, batch)?;
+    core(eigh::eigh(workers(), InOut::in_place(a), uplo, jobz, w, info))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list

@@ -255,11 +255,34 @@ impl<T: Copy> InOut<T> {
             self.input.copy_to(b, &self.output);
             return f(self.output.matrix_span(b), ld);
         }
+        self.staged(b, scratch, |a| f(a, self.input.rows.max(1)))
+    }
+
+    /// [`InOut::column_major`] for routines that take no leading dimension: `f(a)` on matrix
+    /// `b` packed column-major (leading dimension `rows`), in the result where it is so laid
+    /// out, else staged in `scratch`.
+    ///
+    /// # Safety
+    /// As [`InOut::column_major`].
+    pub unsafe fn packed_column_major<R>(
+        &self,
+        b: usize,
+        scratch: &mut Vec<T>,
+        f: impl FnOnce(&mut [T]) -> R,
+    ) -> R {
+        if self.output.lapack_ld() == Some(self.input.rows.max(1)) {
+            return self.column_major(b, scratch, |a, _| f(a));
+        }
+        self.staged(b, scratch, f)
+    }
+
+    /// `f` on matrix `b` gathered column-major into `scratch`, then scattered to the result.
+    unsafe fn staged<R>(&self, b: usize, scratch: &mut Vec<T>, f: impl FnOnce(&mut [T]) -> R) -> R {
         let (rows, cols) = (self.input.rows, self.input.cols);
         let staged = stage(scratch, rows * cols, self.input.ptr);
         // Where the two are one memory, this reads the result's own elements before writing.
         self.input.gather(b, staged);
-        let result = f(staged, rows.max(1));
+        let result = f(staged);
         self.output.scatter(b, staged);
         result
     }

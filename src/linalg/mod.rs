@@ -7,6 +7,7 @@ pub mod flags;
 pub mod matrix;
 pub mod parallel;
 
+pub mod eigh;
 pub mod getrf;
 
 use crate::error::{Error, Result};
@@ -16,9 +17,12 @@ use ferrax_kernels::small::qr::QrScalar;
 use num_complex::Complex;
 
 /// The four LAPACK scalars (f32, f64, c64, c128): LAPACK's routines for them, the Rust
-/// small-matrix kernels, and what generic code needs besides.
+/// small-matrix kernels (whose real type is LAPACK's), and what generic code needs besides.
 pub trait LapackScalar:
-    NativeType + Lapack<Real: NativeType + Default + Into<f64>> + Default + QrScalar
+    NativeType
+    + Lapack<Real: NativeType + Default + Into<f64>>
+    + Default
+    + QrScalar<Real = <Self as Lapack>::Real>
 {
     /// The complex scalar of the same precision (eigenvalues of real matrices are complex).
     type Complex: NativeType + Default;

@@ -22,11 +22,14 @@ use crate::ffi::{Platform, Registration};
 
 /// Every handler ferrax registers, for `ferrax_targets`.
 pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
-    [getrf::HANDLERS]
-        .into_iter()
-        .flatten()
-        .flat_map(|h| h.iter())
-        .chain(LEGACY.iter())
+    [
+        getrf::HANDLERS,
+        eigh::HANDLERS,
+    ]
+    .into_iter()
+    .flatten()
+    .flat_map(|h| h.iter())
+    .chain(LEGACY.iter())
 }
 
 const LEGACY: &[Registration] = &[
@@ -40,7 +43,6 @@ const LEGACY: &[Registration] = &[
     Registration { target: qr::ORGQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_orgqr },
     Registration { target: qr::ORMQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_ormqr },
     Registration { target: qr::GEQP3_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqp3 },
-    Registration { target: eigh::TARGET, platform: Platform::Cpu, handler: eigh::ferrax_cpu_syevd },
     Registration { target: hessenberg::TARGET, platform: Platform::Cpu, handler: hessenberg::ferrax_cpu_gehrd },
     Registration { target: tridiagonal::TARGET, platform: Platform::Cpu, handler: tridiagonal::ferrax_cpu_sytrd },
     Registration { target: svd::GESDD_TARGET, platform: Platform::Cpu, handler: svd::ferrax_cpu_gesdd },
