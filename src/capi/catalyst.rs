@@ -17,7 +17,7 @@
 //! LAPACK's own `info` is reported as the kernels report it.
 
 use super::linalg::{self, guard, FERRAX_ROW_MAJOR as ROW};
-use crate::linalg::eigh::Evd;
+use crate::linalg::{eigh::Evd, svd::Svd};
 use crate::ops::Scalar;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
@@ -298,7 +298,7 @@ unsafe fn trsm<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
 
 /// gesdd: data `[jobz, b, m, n, a]`, results `[a_out, s, u, vt, info]`; u is m x m (jobz 'A')
 /// or m x min(m, n) ('S'), vt n x n or min(m, n) x n, both contiguous per matrix.
-unsafe fn gesdd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn gesdd<T: Svd>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let jobz = data.flag(0)?;
     let (b, m, n) = (data.dim(1)?, data.dim(2)?, data.dim(3)?);
     let a_out = out.ptr::<T>(0, 2)?;

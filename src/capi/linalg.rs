@@ -11,8 +11,9 @@
 use super::host::{self, AttrValue, BufferArg};
 use crate::ffi::{DataType, NativeType};
 use crate::linalg::eigh::{self, Evd};
-use crate::linalg::flags::{Flag, Uplo, Vectors};
+use crate::linalg::flags::{Flag, SvdJob, Uplo, Vectors};
 use crate::linalg::matrix::{Batch, InOut, Layout};
+use crate::linalg::svd::{self, Driver, Factors, Svd};
 use crate::linalg::{getrf, LapackScalar};
 use crate::ops::{self, Scalar};
 use super::pool::workers;
@@ -401,7 +402,7 @@ pub(crate) unsafe fn trsm<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn gesdd<T: Scalar>(
+pub(crate) unsafe fn gesdd<T: Svd>(
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -417,19 +418,11 @@ pub(crate) unsafe fn gesdd<T: Scalar>(
     info: *mut i32,
 ) -> Result<()> {
     let matrices = (a, lda, s, u, ldu, vt, ldvt, info);
-    svd(
-        ops::svd::ferrax_cpu_gesdd,
-        layout,
-        batch,
-        jobz,
-        m,
-        n,
-        matrices,
-    )
+    svd(Driver::Gesdd, layout, batch, jobz, m, n, matrices)
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn gesvd<T: Scalar>(
+pub(crate) unsafe fn gesvd<T: Svd>(
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -445,15 +438,7 @@ pub(crate) unsafe fn gesvd<T: Scalar>(
     info: *mut i32,
 ) -> Result<()> {
     let matrices = (a, lda, s, u, ldu, vt, ldvt, info);
-    svd(
-        ops::svd::ferrax_cpu_gesvd,
-        layout,
-        batch,
-        jobz,
-        m,
-        n,
-        matrices,
-    )
+    svd(Driver::Gesvd, layout, batch, jobz, m, n, matrices)
 }
 
 /// The SVD operands of the C functions: `a, lda, s, u, ldu, vt, ldvt, info`.
@@ -468,9 +453,10 @@ type SvdOperands<T> = (
     *mut i32,
 );
 
-/// `gesdd` and `gesvd` share their contract; only the handler differs.
-unsafe fn svd<T: Scalar>(
-    handler: crate::ffi::sys::XLA_FFI_Handler,
+/// `gesdd` and `gesvd` share their contract; only the driver differs. `a` is LAPACK's
+/// workspace, so the core works on a copy of each matrix and the caller's is left as it was.
+unsafe fn svd<T: Svd>(
+    driver: Driver,
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -478,53 +464,32 @@ unsafe fn svd<T: Scalar>(
     n: i32,
     (a, lda, s, u, ldu, vt, ldvt, info): SvdOperands<T>,
 ) -> Result<()> {
-    let mode = char_flag("jobz", jobz, b"ASN")?;
+    // 'O' (U or V^T written over `a`) is not offered.
+    let job = flag::<SvdJob>("jobz", jobz)
+        .ok()
+        .filter(|&job| job != SvdJob::Overwrite)
+        .ok_or_else(|| format!("jobz = {}: expected one of 'A', 'S', 'N'", jobz as u8))?;
     let (batch, m, n) = (
         size("batch", batch)?,
         size("m", m.into())?,
         size("n", n.into())?,
     );
     let k = m.min(n);
-    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
-    let s = Output::new("s", s, batch * k, false)?;
-    let info = Output::new("info", info, batch, false)?;
+    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?.view();
+    let s = output("s", s, batch * k)?;
+    let info = output("info", info, batch)?;
     // jobz 'A': U is m x m and V^T n x n; 'S': m x k and k x n; 'N': neither is computed.
-    let (u_cols, vt_rows) = if jobz as u8 == b'A' { (m, n) } else { (k, k) };
-    let wanted = jobz as u8 != b'N';
-    let (mut u_scratch, mut vt_scratch) = (Vec::new(), Vec::new());
-    let u = if wanted {
-        Some(Matrices::new("u", layout, [batch, m, u_cols], u, ldu)?)
+    let (u_cols, vt_rows) = if job == SvdJob::All { (m, n) } else { (k, k) };
+    let (u, vt) = if job == SvdJob::None {
+        (None, None)
     } else {
-        None
+        (
+            Some(Matrices::new("u", layout, [batch, m, u_cols], u, ldu)?.view()),
+            Some(Matrices::new("vt", layout, [batch, vt_rows, n], vt, ldvt)?.view()),
+        )
     };
-    let vt = if wanted {
-        Some(Matrices::new("vt", layout, [batch, vt_rows, n], vt, ldvt)?)
-    } else {
-        None
-    };
-    u_scratch.resize(batch * m * u_cols, T::default());
-    vt_scratch.resize(batch * vt_rows * n, T::default());
-    // `a` is LAPACK's workspace here; the caller's copy is left as it was.
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    let (b, m, n, k) = (batch as i64, m as i64, n as i64, k as i64);
-    host::call(
-        handler,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            buffer(vec![b, k], s.data),
-            buffer(vec![b, m, u_cols as i64], u_scratch.as_mut_ptr()),
-            buffer(vec![b, vt_rows as i64, n], vt_scratch.as_mut_ptr()),
-            int_buffer(vec![b], info.data),
-        ],
-        &[("mode", mode)],
-    )?;
-    if let (Some(u), Some(vt)) = (u, vt) {
-        u.unpack(&u_scratch);
-        vt.unpack(&vt_scratch);
-    }
-    Ok(())
+    let factors = Factors { s, u, vt, info };
+    core(svd::svd(workers(), driver, job, a, None, factors))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list

@@ -9,6 +9,7 @@ pub mod parallel;
 
 pub mod eigh;
 pub mod getrf;
+pub mod svd;
 
 use crate::error::{Error, Result};
 use crate::ffi::NativeType;

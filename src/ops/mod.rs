@@ -25,6 +25,7 @@ pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
     [
         getrf::HANDLERS,
         eigh::HANDLERS,
+        svd::HANDLERS,
     ]
     .into_iter()
     .flatten()
@@ -45,8 +46,6 @@ const LEGACY: &[Registration] = &[
     Registration { target: qr::GEQP3_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqp3 },
     Registration { target: hessenberg::TARGET, platform: Platform::Cpu, handler: hessenberg::ferrax_cpu_gehrd },
     Registration { target: tridiagonal::TARGET, platform: Platform::Cpu, handler: tridiagonal::ferrax_cpu_sytrd },
-    Registration { target: svd::GESDD_TARGET, platform: Platform::Cpu, handler: svd::ferrax_cpu_gesdd },
-    Registration { target: svd::GESVD_TARGET, platform: Platform::Cpu, handler: svd::ferrax_cpu_gesvd },
     Registration { target: eig::TARGET, platform: Platform::Cpu, handler: eig::ferrax_cpu_geev },
     Registration { target: schur::TARGET, platform: Platform::Cpu, handler: schur::ferrax_cpu_gees },
     Registration { target: tridiagonal_solve::GTSV_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_gtsv },
