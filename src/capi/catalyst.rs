@@ -17,7 +17,7 @@
 //! LAPACK's own `info` is reported as the kernels report it.
 
 use super::linalg::{self, guard, FERRAX_ROW_MAJOR as ROW};
-use crate::linalg::{eigh::Evd, svd::Svd};
+use crate::linalg::{eig::Geev, eigh::Evd, svd::Svd};
 use crate::ops::Scalar;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
@@ -406,7 +406,7 @@ impl<T: Scalar> Eigenvalues<T> {
 
 /// geev: data `[jobvl, jobvr, b, n, n, a]`; results `[wr, wi, vl, vr, info]` (real dtypes,
 /// vl and vr complex) or `[w, vl, vr, info]`. Eigenvectors are the columns of vl and vr.
-unsafe fn geev<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn geev<T: Geev>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (jobvl, jobvr) = (data.flag(0)?, data.flag(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
     let (w, next) = Eigenvalues::<T>::new(out, 0, count(&[b, n])?, poison)?;

@@ -10,6 +10,7 @@
 
 use super::host::{self, AttrValue, BufferArg};
 use crate::ffi::{DataType, NativeType};
+use crate::linalg::eig::{self, Geev};
 use crate::linalg::eigh::{self, Evd};
 use crate::linalg::flags::{Flag, SvdJob, Uplo, Vectors};
 use crate::linalg::matrix::{Batch, InOut, Layout};
@@ -790,7 +791,7 @@ impl<T: Scalar> Eigenvalues<T> {
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn geev<T: Scalar>(
+pub(crate) unsafe fn geev<T: Geev>(
     layout: c_int,
     batch: i64,
     jobvl: c_char,
@@ -805,45 +806,24 @@ pub(crate) unsafe fn geev<T: Scalar>(
     ldvr: i32,
     info: *mut i32,
 ) -> Result<()> {
-    let left = char_flag("jobvl", jobvl, b"VN")?;
-    let right = char_flag("jobvr", jobvr, b"VN")?;
+    let left = flag::<Vectors>("jobvl", jobvl)?;
+    let right = flag::<Vectors>("jobvr", jobvr)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
-    let mut w = Eigenvalues::<T>::new(w, batch * n)?;
-    let info = Output::new("info", info, batch, false)?;
-    let wanted = |job: c_char, name, data, ld| -> Result<Option<Matrices<_>>> {
-        if job as u8 == b'V' {
-            Matrices::new(name, layout, [batch, n, n], data, ld).map(Some)
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
+    let w = eig::Eigenvalues::Complex(output("w", w, batch * n)?);
+    let info = output("info", info, batch)?;
+    let wanted = |job: Vectors, name, data, ld| -> Result<Option<Batch<_>>> {
+        if job.computed() {
+            Ok(Some(Matrices::new(name, layout, [batch, n, n], data, ld)?.view()))
         } else {
             Ok(None)
         }
     };
     let (vl, vr) = (
-        wanted(jobvl, "vl", vl, ldvl)?,
-        wanted(jobvr, "vr", vr, ldvr)?,
+        wanted(left, "vl", vl, ldvl)?,
+        wanted(right, "vr", vr, ldvr)?,
     );
-    let mut packed = a.pack();
-    let mut vectors = vec![T::Complex::default(); 2 * batch * n * n];
-    let (left_vectors, right_vectors) = vectors.split_at_mut(batch * n * n);
-    let (b, n) = (batch as i64, n as i64);
-    let mut rets = w.buffers(vec![b, n]);
-    rets.push(buffer(vec![b, n, n], left_vectors.as_mut_ptr()));
-    rets.push(buffer(vec![b, n, n], right_vectors.as_mut_ptr()));
-    rets.push(int_buffer(vec![b], info.data));
-    host::call(
-        ops::eig::ferrax_cpu_geev,
-        &[buffer(a.dims(), packed.as_mut_ptr())],
-        &rets,
-        &[("compute_left", left), ("compute_right", right)],
-    )?;
-    w.finish();
-    if let Some(vl) = vl {
-        vl.unpack(left_vectors);
-    }
-    if let Some(vr) = vr {
-        vr.unpack(right_vectors);
-    }
-    Ok(())
+    core(eig::geev(workers(), a, w, vl, vr, info))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list

@@ -7,6 +7,7 @@ pub mod flags;
 pub mod matrix;
 pub mod parallel;
 
+pub mod eig;
 pub mod eigh;
 pub mod getrf;
 pub mod svd;
@@ -26,7 +27,7 @@ pub trait LapackScalar:
     + QrScalar<Real = <Self as Lapack>::Real>
 {
     /// The complex scalar of the same precision (eigenvalues of real matrices are complex).
-    type Complex: NativeType + Default;
+    type Complex: NativeType + Default + QrScalar<Real = <Self as Lapack>::Real>;
     /// The real part as f64 (LAPACK reports workspace sizes in the real part of `work[0]`).
     fn real_f64(self) -> f64;
     fn is_finite(self) -> bool;

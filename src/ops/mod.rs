@@ -3,6 +3,7 @@
 
 pub mod cholesky_update;
 pub mod eig;
+pub mod eigenvalues;
 pub mod eigh;
 pub mod getrf;
 pub mod hessenberg;
@@ -17,7 +18,6 @@ pub mod tridiagonal;
 pub mod tridiagonal_solve;
 pub mod trsm;
 
-use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error, XLA_FFI_Handler};
 use crate::ffi::{Platform, Registration};
 
 /// Every handler ferrax registers, for `ferrax_targets`.
@@ -26,6 +26,7 @@ pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
         getrf::HANDLERS,
         eigh::HANDLERS,
         svd::HANDLERS,
+        eig::HANDLERS,
     ]
     .into_iter()
     .flatten()
@@ -46,7 +47,6 @@ const LEGACY: &[Registration] = &[
     Registration { target: qr::GEQP3_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqp3 },
     Registration { target: hessenberg::TARGET, platform: Platform::Cpu, handler: hessenberg::ferrax_cpu_gehrd },
     Registration { target: tridiagonal::TARGET, platform: Platform::Cpu, handler: tridiagonal::ferrax_cpu_sytrd },
-    Registration { target: eig::TARGET, platform: Platform::Cpu, handler: eig::ferrax_cpu_geev },
     Registration { target: schur::TARGET, platform: Platform::Cpu, handler: schur::ferrax_cpu_gees },
     Registration { target: tridiagonal_solve::GTSV_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_gtsv },
     Registration { target: tridiagonal_solve::PERTURBED_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_tridiagonal_solve_perturbed },
@@ -207,30 +207,6 @@ pub(crate) fn transpose<T: Copy>(src: &[T], rows: usize, cols: usize, dst: &mut 
                 }
             }
         }
-    }
-}
-
-/// The handler of a target whose results differ between real and complex inputs (jaxlib's
-/// `geev` and `gees` return real eigenvalues as two arrays, complex ones as one): calls `real`
-/// when the call has `real_results` results, else `complex` (which then reports a wrong count).
-/// Both are `ffi_handler!`s with the same target name.
-///
-/// # Safety
-/// `frame` must be a call frame passed by XLA (or null).
-pub(crate) unsafe fn by_result_count(
-    frame: *mut XLA_FFI_CallFrame,
-    real_results: usize,
-    real: XLA_FFI_Handler,
-    complex: XLA_FFI_Handler,
-) -> *mut XLA_FFI_Error {
-    // The result count is in the frame itself, valid even in the metadata handshake.
-    let is_real = frame
-        .as_ref()
-        .is_some_and(|f| usize::try_from(f.rets.size) == Ok(real_results));
-    if is_real {
-        real(frame)
-    } else {
-        complex(frame)
     }
 }
 

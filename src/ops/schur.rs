@@ -11,7 +11,8 @@
 use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error};
 use crate::ffi::{Buffer, DataType, Error, Result, ThreadPool};
 use crate::ffi_handler;
-use crate::ops::{by_result_count, char_attr, for_each_chunk, lapack_dim, query_lwork, routine};
+use crate::ops::eigenvalues::by_result_count;
+use crate::ops::{char_attr, for_each_chunk, lapack_dim, query_lwork, routine};
 use crate::ops::{dispatch_lapack, expect_eigenvalues, Scalar, SharedMut};
 use ferrax_cpu_fallback::{ComplexLapack, GeesComplex, GeesReal, Real, RealLapack};
 use num_complex::Complex;
