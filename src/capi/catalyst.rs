@@ -17,7 +17,7 @@
 //! LAPACK's own `info` is reported as the kernels report it.
 
 use super::linalg::{self, guard, FERRAX_ROW_MAJOR as ROW};
-use crate::linalg::{eig::Geev, eigh::Evd, svd::Svd};
+use crate::linalg::{eig::Geev, eigh::Evd, schur::Gees, svd::Svd};
 use crate::ops::Scalar;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
@@ -447,7 +447,7 @@ unsafe fn geev<T: Geev>(data: Args, out: Args, poison: &mut Poison) -> Result<()
 
 /// gees: data `[jobvs, sort, b, n, n, a]`; results `[a_out, vs, wr, wi, sdim, info]` (real
 /// dtypes) or `[a_out, vs, w, sdim, info]`. Only sort 'N' (Catalyst passes no select function).
-unsafe fn gees<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn gees<T: Gees>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (jobvs, sort) = (data.flag(0)?, data.flag(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
     let (a_out, vs) = (out.ptr::<T>(0, 2)?, out.ptr::<T>(1, 2)?);

@@ -14,6 +14,7 @@ use crate::linalg::eig::{self, Geev};
 use crate::linalg::eigh::{self, Evd};
 use crate::linalg::flags::{Flag, SvdJob, Uplo, Vectors};
 use crate::linalg::matrix::{Batch, InOut, Layout};
+use crate::linalg::schur::{self, Gees};
 use crate::linalg::svd::{self, Driver, Factors, Svd};
 use crate::linalg::{getrf, LapackScalar};
 use crate::ops::{self, Scalar};
@@ -746,50 +747,6 @@ pub(crate) unsafe fn gtsv<T: Scalar>(
     Ok(())
 }
 
-/// Complex eigenvalues as the handlers return them: one complex array for complex input,
-/// real and imaginary parts for real input, which the C ABI then interleaves into `w`.
-struct Eigenvalues<T: Scalar> {
-    w: *mut T::Complex,
-    parts: Vec<Real<T>>,
-    len: usize,
-}
-
-impl<T: Scalar> Eigenvalues<T> {
-    fn new(w: *mut T::Complex, len: usize) -> Result<Self> {
-        Output::new("w", w, len, false)?;
-        let parts = if T::DTYPE.is_complex() {
-            Vec::new()
-        } else {
-            vec![Real::<T>::default(); 2 * len]
-        };
-        Ok(Eigenvalues { w, parts, len })
-    }
-
-    /// The handler's eigenvalue results, shaped `dims`.
-    fn buffers(&mut self, dims: Vec<i64>) -> Vec<BufferArg> {
-        if T::DTYPE.is_complex() {
-            return vec![buffer(dims, self.w)];
-        }
-        let (re, im) = self.parts.split_at_mut(self.len);
-        vec![
-            buffer(dims.clone(), re.as_mut_ptr()),
-            buffer(dims, im.as_mut_ptr()),
-        ]
-    }
-
-    fn finish(&self) {
-        if !self.parts.is_empty() {
-            let (re, im) = self.parts.split_at(self.len);
-            // A complex value is laid out as [re, im] (num_complex's repr(C)).
-            let w = self.w.cast::<Real<T>>();
-            for i in 0..self.len {
-                // SAFETY: `w` holds `len` complex elements (checked in `new`).
-                unsafe { (*w.add(2 * i), *w.add(2 * i + 1)) = (re[i], im[i]) };
-            }
-        }
-    }
-}
-
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
 pub(crate) unsafe fn geev<T: Geev>(
     layout: c_int,
@@ -827,7 +784,7 @@ pub(crate) unsafe fn geev<T: Geev>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn gees<T: Scalar>(
+pub(crate) unsafe fn gees<T: Gees>(
     layout: c_int,
     batch: i64,
     jobvs: c_char,
@@ -839,41 +796,19 @@ pub(crate) unsafe fn gees<T: Scalar>(
     ldvs: i32,
     info: *mut i32,
 ) -> Result<()> {
-    let mode = char_flag("jobvs", jobvs, b"VN")?;
+    let jobvs = flag::<Vectors>("jobvs", jobvs)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
-    let mut w = Eigenvalues::<T>::new(w, batch * n)?;
-    let info = Output::new("info", info, batch, false)?;
-    let vs = if jobvs as u8 == b'V' {
-        Some(Matrices::new("vs", layout, [batch, n, n], vs, ldvs)?)
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
+    let w = eig::Eigenvalues::Complex(output("w", w, batch * n)?);
+    let info = output("info", info, batch)?;
+    let vs = if jobvs.computed() {
+        Some(Matrices::new("vs", layout, [batch, n, n], vs, ldvs)?.view())
     } else {
         None
     };
-    let mut packed = a.pack();
-    let mut vectors = vec![T::default(); batch * n * n];
     // LAPACK's `sdim`, the number of eigenvalues selected by sorting, which is not offered.
-    let mut sdim = vec![0i32; batch];
-    let data = packed.as_mut_ptr();
-    let (b, n) = (batch as i64, n as i64);
-    let mut rets = vec![
-        buffer(a.dims(), data),
-        buffer(vec![b, n, n], vectors.as_mut_ptr()),
-    ];
-    rets.extend(w.buffers(vec![b, n]));
-    rets.push(int_buffer(vec![b], sdim.as_mut_ptr()));
-    rets.push(int_buffer(vec![b], info.data));
-    host::call(
-        ops::schur::ferrax_cpu_gees,
-        &[buffer(a.dims(), data)],
-        &rets,
-        &[("mode", mode), ("sort", AttrValue::U8(b'N'))],
-    )?;
-    w.finish();
-    a.unpack(&packed);
-    if let Some(vs) = vs {
-        vs.unpack(&vectors);
-    }
-    Ok(())
+    let mut sdim = vec![0; batch];
+    core(schur::gees(workers(), InOut::in_place(a), w, vs, &mut sdim, info))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list

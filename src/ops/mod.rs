@@ -27,6 +27,7 @@ pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
         eigh::HANDLERS,
         svd::HANDLERS,
         eig::HANDLERS,
+        schur::HANDLERS,
     ]
     .into_iter()
     .flatten()
@@ -47,7 +48,6 @@ const LEGACY: &[Registration] = &[
     Registration { target: qr::GEQP3_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqp3 },
     Registration { target: hessenberg::TARGET, platform: Platform::Cpu, handler: hessenberg::ferrax_cpu_gehrd },
     Registration { target: tridiagonal::TARGET, platform: Platform::Cpu, handler: tridiagonal::ferrax_cpu_sytrd },
-    Registration { target: schur::TARGET, platform: Platform::Cpu, handler: schur::ferrax_cpu_gees },
     Registration { target: tridiagonal_solve::GTSV_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_gtsv },
     Registration { target: tridiagonal_solve::PERTURBED_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_tridiagonal_solve_perturbed },
     Registration { target: sparse::TARGET, platform: Platform::Cpu, handler: sparse::ferrax_cpu_csr_sparse_dense },
@@ -208,34 +208,6 @@ pub(crate) fn transpose<T: Copy>(src: &[T], rows: usize, cols: usize, dst: &mut 
             }
         }
     }
-}
-
-/// Checks the input and eigenvalue results of geev/gees, whose real and complex contracts
-/// differ: `expected` eigenvalue arrays (`[wr, wi]` for real input, `[w]` for complex), each
-/// `[batch..., n]` of the input's dtype; `results` names the contract's results for the error
-/// and `others` counts the call's other results. Returns the (square) input's shape.
-pub(crate) fn expect_eigenvalues<T: Scalar>(
-    x: &Buffer<'_>,
-    eigvals: &[Buffer<'_>],
-    expected: usize,
-    results: &str,
-    others: usize,
-) -> Result<MatrixBatch> {
-    if eigvals.len() != expected {
-        return Err(Error::invalid_argument(format!(
-            "{}: dtype {} takes the results ({results}), but the call has {} results",
-            x.operand,
-            T::DTYPE,
-            eigvals.len() + others
-        )));
-    }
-    let shape = MatrixBatch::square(x)?;
-    let dims = [shape.batch_dims(x), &[shape.rows as i64]].concat();
-    for w in eigvals {
-        w.expect_dtype(T::DTYPE)?;
-        w.expect_dims(&dims)?;
-    }
-    Ok(shape)
 }
 
 pub(crate) use crate::linalg::{query_lwork, routine};
