@@ -18,7 +18,6 @@ pub(crate) struct BufferArg {
 #[derive(Clone, Copy)]
 pub(crate) enum AttrValue {
     U8(u8),
-    I32(i32),
     Bool(bool),
 }
 
@@ -124,7 +123,6 @@ fn raw_buffer(buffer: &BufferArg) -> XLA_FFI_Buffer {
 fn scalar_bytes(value: AttrValue) -> (i32, [u8; 4]) {
     match value {
         AttrValue::U8(v) => (DataType::U8.to_raw(), [v, 0, 0, 0]),
-        AttrValue::I32(v) => (DataType::S32.to_raw(), v.to_ne_bytes()),
         AttrValue::Bool(v) => (DataType::Pred.to_raw(), [v as u8, 0, 0, 0]),
     }
 }

@@ -16,7 +16,7 @@ use crate::linalg::flags::{Flag, SvdJob, Uplo, Vectors};
 use crate::linalg::matrix::{Batch, InOut, Layout};
 use crate::linalg::schur::{self, Gees};
 use crate::linalg::svd::{self, Driver, Factors, Svd};
-use crate::linalg::{getrf, LapackScalar};
+use crate::linalg::{getrf, hessenberg, LapackScalar};
 use crate::ops::{self, Scalar};
 use super::pool::workers;
 use ferrax_cpu_fallback::Real;
@@ -516,7 +516,7 @@ pub(crate) unsafe fn syevd<T: Evd>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn gehrd<T: Scalar>(
+pub(crate) unsafe fn gehrd<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     n: i32,
@@ -528,36 +528,25 @@ pub(crate) unsafe fn gehrd<T: Scalar>(
     info: *mut i32,
 ) -> Result<()> {
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let top = n.max(1) as i32;
-    if !(1..=top).contains(&ilo) {
+    let order = n as i32;
+    let ilos = hessenberg::ilo_range(order);
+    if !ilos.contains(&ilo) {
         return Err(format!(
-            "ilo = {ilo}: expected 1 <= ilo <= max(1, n) = {top}"
+            "ilo = {ilo}: expected 1 <= ilo <= max(1, n) = {}",
+            ilos.end()
         ));
     }
-    let low = ilo.min(n as i32);
-    if !(low..=n as i32).contains(&ihi) {
+    let ihis = hessenberg::ihi_range(order, ilo);
+    if !ihis.contains(&ihi) {
         return Err(format!(
-            "ihi = {ihi}: expected min(ilo, n) = {low} <= ihi <= n = {n}"
+            "ihi = {ihi}: expected min(ilo, n) = {} <= ihi <= n = {n}",
+            ihis.start()
         ));
     }
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
-    let reflectors = n.saturating_sub(1);
-    let tau = Output::new("tau", tau, batch * reflectors, false)?;
-    let info = Output::new("info", info, batch, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    host::call(
-        ops::hessenberg::ferrax_cpu_gehrd,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            buffer(vec![batch as i64, reflectors as i64], tau.data),
-            int_buffer(vec![batch as i64], info.data),
-        ],
-        &[("low", AttrValue::I32(ilo)), ("high", AttrValue::I32(ihi))],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
+    let tau = output("tau", tau, batch * n.saturating_sub(1))?;
+    let info = output("info", info, batch)?;
+    core(hessenberg::gehrd(workers(), InOut::in_place(a), ilo, ihi, tau, info))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list

@@ -10,6 +10,7 @@ pub mod parallel;
 pub mod eig;
 pub mod eigh;
 pub mod getrf;
+pub mod hessenberg;
 pub mod schur;
 pub mod svd;
 

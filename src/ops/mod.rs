@@ -28,6 +28,7 @@ pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
         svd::HANDLERS,
         eig::HANDLERS,
         schur::HANDLERS,
+        hessenberg::HANDLERS,
     ]
     .into_iter()
     .flatten()
@@ -46,7 +47,6 @@ const LEGACY: &[Registration] = &[
     Registration { target: qr::ORGQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_orgqr },
     Registration { target: qr::ORMQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_ormqr },
     Registration { target: qr::GEQP3_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqp3 },
-    Registration { target: hessenberg::TARGET, platform: Platform::Cpu, handler: hessenberg::ferrax_cpu_gehrd },
     Registration { target: tridiagonal::TARGET, platform: Platform::Cpu, handler: tridiagonal::ferrax_cpu_sytrd },
     Registration { target: tridiagonal_solve::GTSV_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_gtsv },
     Registration { target: tridiagonal_solve::PERTURBED_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_tridiagonal_solve_perturbed },
