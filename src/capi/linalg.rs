@@ -16,7 +16,7 @@ use crate::linalg::flags::{Flag, SvdJob, Uplo, Vectors};
 use crate::linalg::matrix::{Batch, InOut, Layout};
 use crate::linalg::schur::{self, Gees};
 use crate::linalg::svd::{self, Driver, Factors, Svd};
-use crate::linalg::{getrf, hessenberg, LapackScalar};
+use crate::linalg::{getrf, hessenberg, tridiagonal, LapackScalar};
 use crate::ops::{self, Scalar};
 use super::pool::workers;
 use ferrax_cpu_fallback::Real;
@@ -550,7 +550,7 @@ pub(crate) unsafe fn gehrd<T: LapackScalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn sytrd<T: Scalar>(
+pub(crate) unsafe fn sytrd<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     uplo: c_char,
@@ -562,31 +562,15 @@ pub(crate) unsafe fn sytrd<T: Scalar>(
     tau: *mut T,
     info: *mut i32,
 ) -> Result<()> {
-    let uplo_flag = char_flag("uplo", uplo, b"LU")?;
+    let uplo = flag::<Uplo>("uplo", uplo)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
     let off = n.saturating_sub(1);
-    let d = Output::new("d", d, batch * n, false)?;
-    let e = Output::new("e", e, batch * off, false)?;
-    let tau = Output::new("tau", tau, batch * off, false)?;
-    let info = Output::new("info", info, batch, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    let (b, n, off) = (batch as i64, n as i64, off as i64);
-    host::call(
-        ops::tridiagonal::ferrax_cpu_sytrd,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            buffer(vec![b, n], d.data),
-            buffer(vec![b, off], e.data),
-            buffer(vec![b, off], tau.data),
-            int_buffer(vec![b], info.data),
-        ],
-        &[("uplo", uplo_flag)],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let d = output("d", d, batch * n)?;
+    let e = output("e", e, batch * off)?;
+    let tau = output("tau", tau, batch * off)?;
+    let info = output("info", info, batch)?;
+    core(tridiagonal::sytrd(workers(), InOut::in_place(a), uplo, d, e, tau, info))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list

@@ -13,6 +13,7 @@ pub mod getrf;
 pub mod hessenberg;
 pub mod schur;
 pub mod svd;
+pub mod tridiagonal;
 
 use crate::error::{Error, Result};
 use crate::ffi::NativeType;

@@ -29,6 +29,7 @@ pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
         eig::HANDLERS,
         schur::HANDLERS,
         hessenberg::HANDLERS,
+        tridiagonal::HANDLERS,
     ]
     .into_iter()
     .flatten()
@@ -47,7 +48,6 @@ const LEGACY: &[Registration] = &[
     Registration { target: qr::ORGQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_orgqr },
     Registration { target: qr::ORMQR_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_ormqr },
     Registration { target: qr::GEQP3_TARGET, platform: Platform::Cpu, handler: qr::ferrax_cpu_geqp3 },
-    Registration { target: tridiagonal::TARGET, platform: Platform::Cpu, handler: tridiagonal::ferrax_cpu_sytrd },
     Registration { target: tridiagonal_solve::GTSV_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_gtsv },
     Registration { target: tridiagonal_solve::PERTURBED_TARGET, platform: Platform::Cpu, handler: tridiagonal_solve::ferrax_cpu_tridiagonal_solve_perturbed },
     Registration { target: sparse::TARGET, platform: Platform::Cpu, handler: sparse::ferrax_cpu_csr_sparse_dense },
