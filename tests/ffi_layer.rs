@@ -736,24 +736,25 @@ thread_local! {
 
 ferrax::ffi_handler! {
     /// Decodes context values, one buffer in, one out (`y = 2 x`, f32), and every attribute kind.
-    fn test_decode = c"test_decode";
-    ctx stage: Stage;
-    ctx stream: Stream;
-    ctx ordinal: DeviceOrdinal;
-    ctx run_id: RunId;
-    arg x: Buffer;
-    ret y: Buffer;
-    attr flag: bool;
-    attr small: u8;
-    attr int32: i32;
-    attr int64: i64;
-    attr single: f32;
-    attr double: f64;
-    attr label: &str;
-    attr sizes: Span<i64>;
-    attr config: Attrs;
-    traits = XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE;
-    body = decode_body;
+    fn test_decode(c"test_decode") {
+        ctx stage: Stage;
+        ctx stream: Stream;
+        ctx ordinal: DeviceOrdinal;
+        ctx run_id: RunId;
+        arg x: Buffer;
+        ret y: Buffer;
+        attr flag: bool;
+        attr small: u8;
+        attr int32: i32;
+        attr int64: i64;
+        attr single: f32;
+        attr double: f64;
+        attr label: &str;
+        attr sizes: Span<i64>;
+        attr config: Attrs;
+        traits = XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE;
+        body = decode_body;
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -816,11 +817,11 @@ fn decode_body(
 
 ferrax::ffi_handler! {
     /// Views its argument as a batch of matrices; writes (batch, rows, cols) as s64.
-    fn test_matrix = c"test_matrix";
-    arg a: Buffer;
-    ret shape: Buffer;
-    traits = 0;
-    body = matrix_body;
+    fn test_matrix(c"test_matrix") {
+        arg a: Buffer;
+        ret shape: Buffer;
+        body = matrix_body;
+    }
 }
 
 fn matrix_body(a: Buffer<'_>, shape: Buffer<'_>) -> Result<()> {
@@ -833,10 +834,10 @@ fn matrix_body(a: Buffer<'_>, shape: Buffer<'_>) -> Result<()> {
 
 ferrax::ffi_handler! {
     /// Panics with the message given as attribute.
-    fn test_panic = c"test_panic";
-    attr message: &str;
-    traits = 0;
-    body = panic_body;
+    fn test_panic(c"test_panic") {
+        attr message: &str;
+        body = panic_body;
+    }
 }
 
 fn panic_body(message: &str) -> Result<()> {
@@ -847,14 +848,14 @@ ferrax::ffi_handler! {
     /// Counts how often each index of `counts` (s32 [n]) is visited by `parallel_for` (chunk 0)
     /// or `parallel_chunks(n, chunk)`; writes `pool.num_threads()` to `threads` (s64 []).
     /// The task for index `panic_at` panics (-1: none).
-    fn test_parallel = c"test_parallel";
-    ctx pool: ThreadPool;
-    ret counts: Buffer;
-    ret threads: Buffer;
-    attr chunk: i64;
-    attr panic_at: i64;
-    traits = 0;
-    body = parallel_body;
+    fn test_parallel(c"test_parallel") {
+        ctx pool: ThreadPool;
+        ret counts: Buffer;
+        ret threads: Buffer;
+        attr chunk: i64;
+        attr panic_at: i64;
+        body = parallel_body;
+    }
 }
 
 fn parallel_body(
@@ -900,12 +901,12 @@ fn parallel_body(
 ferrax::ffi_handler! {
     /// Allocates `sizes[i]` bytes aligned to `alignments[i]` in turn, checks each block's
     /// alignment and writes all of it.
-    fn test_scratch = c"test_scratch";
-    ctx scratch: ScratchAllocator;
-    attr alignments: Span<i64>;
-    attr sizes: Span<i64>;
-    traits = 0;
-    body = scratch_body;
+    fn test_scratch(c"test_scratch") {
+        ctx scratch: ScratchAllocator;
+        attr alignments: Span<i64>;
+        attr sizes: Span<i64>;
+        body = scratch_body;
+    }
 }
 
 fn scratch_body(

@@ -17,7 +17,8 @@
 //! LAPACK's own `info` is reported as the kernels report it.
 
 use super::linalg::{self, guard, FERRAX_ROW_MAJOR as ROW};
-use crate::ops::Scalar;
+use crate::linalg::{eig::Geev, eigh::Evd, schur::Gees, svd::Svd};
+use crate::linalg::LapackScalar;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
 use std::ffi::{c_char, c_void};
@@ -112,18 +113,18 @@ enum Fill {
 }
 
 impl Poison {
-    fn scalar<T: Scalar>(&mut self, data: *mut T, len: usize) {
+    fn scalar<T: LapackScalar>(&mut self, data: *mut T, len: usize) {
         let parts = size_of::<T>() / size_of::<Real<T>>();
         self.0
             .push((data.cast(), len, Fill::Float(size_of::<Real<T>>(), parts)));
     }
 
-    fn real<T: Scalar>(&mut self, data: *mut Real<T>, len: usize) {
+    fn real<T: LapackScalar>(&mut self, data: *mut Real<T>, len: usize) {
         self.0
             .push((data.cast(), len, Fill::Float(size_of::<Real<T>>(), 1)));
     }
 
-    fn complex<T: Scalar>(&mut self, data: *mut T::Complex, len: usize) {
+    fn complex<T: LapackScalar>(&mut self, data: *mut T::Complex, len: usize) {
         self.0
             .push((data.cast(), len, Fill::Float(size_of::<Real<T>>(), 2)));
     }
@@ -191,7 +192,7 @@ fn run(name: &str, body: impl FnOnce(&mut Poison) -> Result<()>) {
 }
 
 /// getrf: data `[b, m, n, a]`, results `[a_out, ipiv, info]`.
-unsafe fn getrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn getrf<T: LapackScalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (b, m, n) = (data.dim(0)?, data.dim(1)?, data.dim(2)?);
     let (a_out, ipiv, info) = (out.ptr::<T>(0, 2)?, out.ptr(1, 1)?, out.ptr(2, 1)?);
     let len = count(&[b, m, n])?;
@@ -203,7 +204,7 @@ unsafe fn getrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 }
 
 /// geqrf: data `[b, m, n, a]`, results `[a_out, tau]`.
-unsafe fn geqrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn geqrf<T: LapackScalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (b, m, n) = (data.dim(0)?, data.dim(1)?, data.dim(2)?);
     let (a_out, tau) = (out.ptr::<T>(0, 2)?, out.ptr::<T>(1, 1)?);
     let len = count(&[b, m, n])?;
@@ -216,7 +217,7 @@ unsafe fn geqrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 
 /// orgqr/ungqr: data `[b, m, n, k, a, tau]` when tau is a vector (one matrix), or
 /// `[b, m, n, tau_batch, tau_rows, k, a, tau]` when tau is batched; results `[a_out]`.
-unsafe fn orgqr<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn orgqr<T: LapackScalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (b, m, n) = (data.dim(0)?, data.dim(1)?, data.dim(2)?);
     let batched_tau = data.rank(4)? == 0;
     let (k, first) = if batched_tau {
@@ -238,7 +239,7 @@ unsafe fn orgqr<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 }
 
 /// potrf: data `[uplo, b, n, n, a]`, results `[a_out, info]`.
-unsafe fn potrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn potrf<T: LapackScalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let uplo = data.flag(0)?;
     let (b, rows, n) = (data.dim(1)?, data.dim(2)?, data.dim(3)?);
     let (a_out, info) = (out.ptr::<T>(0, 2)?, out.ptr(1, 1)?);
@@ -256,7 +257,7 @@ unsafe fn potrf<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 /// trsm: data `[diag, side, trans_x, uplo, a_b, a_rows, a_cols, b, m, n, a, b]`, results `[x]`.
 /// Flags are read as Catalyst's kernels read them: side 'L' or right, uplo 'L' or upper,
 /// trans 'T', 'C' or none, diag 'U' or non-unit.
-unsafe fn trsm<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn trsm<T: LapackScalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let pick = |c: c_char, yes: u8, no: u8| (if c as u8 == yes { yes } else { no }) as c_char;
     let diag = pick(data.flag(0)?, b'U', b'N');
     let side = pick(data.flag(1)?, b'L', b'R');
@@ -297,7 +298,7 @@ unsafe fn trsm<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
 
 /// gesdd: data `[jobz, b, m, n, a]`, results `[a_out, s, u, vt, info]`; u is m x m (jobz 'A')
 /// or m x min(m, n) ('S'), vt n x n or min(m, n) x n, both contiguous per matrix.
-unsafe fn gesdd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn gesdd<T: Svd>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let jobz = data.flag(0)?;
     let (b, m, n) = (data.dim(1)?, data.dim(2)?, data.dim(3)?);
     let a_out = out.ptr::<T>(0, 2)?;
@@ -337,7 +338,7 @@ unsafe fn gesdd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 }
 
 /// syevd/heevd: data `[jobz, uplo, b, n, n, a]`, results `[a_out, w, info]`.
-unsafe fn syevd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn syevd<T: Evd>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (jobz, uplo) = (data.flag(0)?, data.flag(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
     let (a_out, w, info) = (out.ptr::<T>(0, 2)?, out.ptr(1, 1)?, out.ptr(2, 1)?);
@@ -354,13 +355,13 @@ unsafe fn syevd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 }
 
 /// Eigenvalue outputs: `[wr, wi]` (real dtypes) or `[w]` (complex), from complex `w`.
-struct Eigenvalues<T: Scalar> {
+struct Eigenvalues<T: LapackScalar> {
     complex: *mut T::Complex,
     parts: Option<(*mut Real<T>, *mut Real<T>)>,
     scratch: Vec<T::Complex>,
 }
 
-impl<T: Scalar> Eigenvalues<T> {
+impl<T: LapackScalar> Eigenvalues<T> {
     /// Reads the outputs from results entry `i` on; returns them and the next entry.
     unsafe fn new(out: Args, i: usize, len: usize, poison: &mut Poison) -> Result<(Self, usize)> {
         if T::DTYPE.is_complex() {
@@ -405,7 +406,7 @@ impl<T: Scalar> Eigenvalues<T> {
 
 /// geev: data `[jobvl, jobvr, b, n, n, a]`; results `[wr, wi, vl, vr, info]` (real dtypes,
 /// vl and vr complex) or `[w, vl, vr, info]`. Eigenvectors are the columns of vl and vr.
-unsafe fn geev<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn geev<T: Geev>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (jobvl, jobvr) = (data.flag(0)?, data.flag(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
     let (w, next) = Eigenvalues::<T>::new(out, 0, count(&[b, n])?, poison)?;
@@ -446,7 +447,7 @@ unsafe fn geev<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
 
 /// gees: data `[jobvs, sort, b, n, n, a]`; results `[a_out, vs, wr, wi, sdim, info]` (real
 /// dtypes) or `[a_out, vs, w, sdim, info]`. Only sort 'N' (Catalyst passes no select function).
-unsafe fn gees<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn gees<T: Gees>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (jobvs, sort) = (data.flag(0)?, data.flag(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
     let (a_out, vs) = (out.ptr::<T>(0, 2)?, out.ptr::<T>(1, 2)?);
@@ -487,7 +488,7 @@ unsafe fn gees<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<
 
 /// gehrd: data `[high, low, b, n, n, a]` (attributes `high` = ihi and `low` = ilo, 1-based as
 /// LAPACK's), results `[a_out, tau, info]`.
-unsafe fn gehrd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn gehrd<T: LapackScalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let (ihi, ilo): (i32, i32) = (data.scalar(0)?, data.scalar(1)?);
     let (b, rows, n) = (data.dim(2)?, data.dim(3)?, data.dim(4)?);
     let (a_out, tau, info) = (out.ptr::<T>(0, 2)?, out.ptr::<T>(1, 1)?, out.ptr(2, 1)?);
@@ -504,7 +505,7 @@ unsafe fn gehrd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result
 }
 
 /// sytrd/hetrd: data `[uplo, b, n, n, a]`, results `[a_out, d, e, tau, info]`.
-unsafe fn sytrd<T: Scalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
+unsafe fn sytrd<T: LapackScalar>(data: Args, out: Args, poison: &mut Poison) -> Result<()> {
     let uplo = data.flag(0)?;
     let (b, rows, n) = (data.dim(1)?, data.dim(2)?, data.dim(3)?);
     let a_out = out.ptr::<T>(0, 2)?;

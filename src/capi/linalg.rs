@@ -8,16 +8,17 @@
 //! message in `ferrax_last_error()`. LAPACK's own `info` (singular matrix, no convergence) is
 //! written to the `info` array and is not a failure.
 
-use super::host::{self, AttrValue, BufferArg};
-use crate::ffi::{DataType, NativeType};
+use crate::linalg::eig::{self, Geev};
+use crate::linalg::eigh::{self, Evd};
+use crate::linalg::flags::{Flag, Side, SvdJob, Trans, Uplo, Vectors};
 use crate::linalg::matrix::{Batch, InOut, Layout};
-use crate::linalg::flags::{Flag, Side, Trans, Uplo};
 use crate::linalg::qr::{self, Geqp3Scalar};
+use crate::linalg::schur::{self, Gees};
 use crate::linalg::sparse::{self, Csr, Element};
+use crate::linalg::svd::{self, Driver, Factors, Svd};
 use crate::linalg::tridiagonal_solve::{self, PerturbedScalar};
 use crate::linalg::trsm::{self, TrsmFlags};
-use crate::linalg::{getrf, potrf, LapackScalar};
-use crate::ops::{self, Scalar};
+use crate::linalg::{getrf, hessenberg, potrf, tridiagonal, LapackScalar};
 use super::pool::workers;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
@@ -63,22 +64,6 @@ fn size(name: &str, value: i64) -> Result<usize> {
 fn flag<F: Flag>(name: &str, value: c_char) -> Result<F> {
     F::from_letter(value as u8)
         .ok_or_else(|| format!("{name} = {}: expected {}", value as u8, F::expected()))
-}
-
-/// A LAPACK character flag, checked here so that errors name the C parameter.
-fn char_flag(name: &str, value: c_char, allowed: &[u8]) -> Result<AttrValue> {
-    let value = value as u8;
-    if allowed.contains(&value) {
-        return Ok(AttrValue::U8(value));
-    }
-    let allowed: Vec<String> = allowed
-        .iter()
-        .map(|&c| format!("'{}'", c as char))
-        .collect();
-    Err(format!(
-        "{name} = {value}: expected one of {}",
-        allowed.join(", ")
-    ))
 }
 
 /// A batch of `rows x cols` matrices in the caller's layout at `data`, with leading dimension
@@ -143,39 +128,6 @@ impl<T: Copy + Default> Matrices<T> {
         // SAFETY: `new` checked the pointer; the caller promised `ld` and the batch.
         unsafe { Batch::with_ld(self.data, [self.batch, self.rows, self.cols], layout, self.ld) }
     }
-
-    fn dims(&self) -> Vec<i64> {
-        vec![self.batch as i64, self.rows as i64, self.cols as i64]
-    }
-
-    /// Where element `index` of the packed column-major batch lives in the caller's memory.
-    fn offset(&self, index: usize) -> usize {
-        let per_matrix = (self.rows * self.cols).max(1);
-        let (b, within) = (index / per_matrix, index % per_matrix);
-        let (i, j) = (within % self.rows, within / self.rows);
-        let (major, minor, major_len) = if self.row_major {
-            (i, j, self.rows)
-        } else {
-            (j, i, self.cols)
-        };
-        (b * major_len + major) * self.ld + minor
-    }
-
-    /// A contiguous column-major copy, as the handlers take.
-    fn pack(&self) -> Vec<T> {
-        // SAFETY: `new` checked the pointer; the caller promised `ld` and the batch.
-        (0..self.len())
-            .map(|index| unsafe { *self.data.add(self.offset(index)) })
-            .collect()
-    }
-
-    /// Writes a contiguous column-major batch back in the caller's layout.
-    fn unpack(&self, packed: &[T]) {
-        for (index, &value) in packed.iter().enumerate() {
-            // SAFETY: as in `pack`.
-            unsafe { *self.data.add(self.offset(index)) = value };
-        }
-    }
 }
 
 /// The caller's contiguous array `name` of `len` elements, for a result.
@@ -209,48 +161,6 @@ unsafe fn input<'a, T>(name: &str, data: *const T, len: usize) -> Result<&'a [T]
 /// A core's result as the C ABI reports it.
 fn core(result: crate::error::Result<()>) -> Result<()> {
     result.map_err(|error| error.message)
-}
-
-/// A plain contiguous output array of `len` elements; a null pointer is allowed only when
-/// `optional` (the caller does not want it) and then points to scratch.
-struct Output<T> {
-    data: *mut T,
-    _scratch: Vec<T>,
-}
-
-impl<T: Copy + Default> Output<T> {
-    fn new(name: &str, data: *mut T, len: usize, optional: bool) -> Result<Self> {
-        if !data.is_null() || len == 0 {
-            return Ok(Output {
-                data,
-                _scratch: Vec::new(),
-            });
-        }
-        if !optional {
-            return Err(format!("{name} is null"));
-        }
-        let mut scratch = vec![T::default(); len];
-        Ok(Output {
-            data: scratch.as_mut_ptr(),
-            _scratch: scratch,
-        })
-    }
-}
-
-fn buffer<T: NativeType>(dims: Vec<i64>, data: *mut T) -> BufferArg {
-    BufferArg {
-        dtype: T::DTYPE,
-        dims,
-        data: data.cast(),
-    }
-}
-
-fn int_buffer(dims: Vec<i64>, data: *mut i32) -> BufferArg {
-    BufferArg {
-        dtype: DataType::S32,
-        dims,
-        data: data.cast(),
-    }
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
@@ -368,7 +278,7 @@ pub(crate) unsafe fn trsm<T: LapackScalar>(
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn gesdd<T: Scalar>(
+pub(crate) unsafe fn gesdd<T: Svd>(
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -384,19 +294,11 @@ pub(crate) unsafe fn gesdd<T: Scalar>(
     info: *mut i32,
 ) -> Result<()> {
     let matrices = (a, lda, s, u, ldu, vt, ldvt, info);
-    svd(
-        ops::svd::ferrax_cpu_gesdd,
-        layout,
-        batch,
-        jobz,
-        m,
-        n,
-        matrices,
-    )
+    svd(Driver::Gesdd, layout, batch, jobz, m, n, matrices)
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn gesvd<T: Scalar>(
+pub(crate) unsafe fn gesvd<T: Svd>(
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -412,15 +314,7 @@ pub(crate) unsafe fn gesvd<T: Scalar>(
     info: *mut i32,
 ) -> Result<()> {
     let matrices = (a, lda, s, u, ldu, vt, ldvt, info);
-    svd(
-        ops::svd::ferrax_cpu_gesvd,
-        layout,
-        batch,
-        jobz,
-        m,
-        n,
-        matrices,
-    )
+    svd(Driver::Gesvd, layout, batch, jobz, m, n, matrices)
 }
 
 /// The SVD operands of the C functions: `a, lda, s, u, ldu, vt, ldvt, info`.
@@ -435,9 +329,10 @@ type SvdOperands<T> = (
     *mut i32,
 );
 
-/// `gesdd` and `gesvd` share their contract; only the handler differs.
-unsafe fn svd<T: Scalar>(
-    handler: crate::ffi::sys::XLA_FFI_Handler,
+/// `gesdd` and `gesvd` share their contract; only the driver differs. `a` is LAPACK's
+/// workspace, so the core works on a copy of each matrix and the caller's is left as it was.
+unsafe fn svd<T: Svd>(
+    driver: Driver,
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -445,57 +340,36 @@ unsafe fn svd<T: Scalar>(
     n: i32,
     (a, lda, s, u, ldu, vt, ldvt, info): SvdOperands<T>,
 ) -> Result<()> {
-    let mode = char_flag("jobz", jobz, b"ASN")?;
+    // 'O' (U or V^T written over `a`) is not offered.
+    let job = flag::<SvdJob>("jobz", jobz)
+        .ok()
+        .filter(|&job| job != SvdJob::Overwrite)
+        .ok_or_else(|| format!("jobz = {}: expected one of 'A', 'S', 'N'", jobz as u8))?;
     let (batch, m, n) = (
         size("batch", batch)?,
         size("m", m.into())?,
         size("n", n.into())?,
     );
     let k = m.min(n);
-    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
-    let s = Output::new("s", s, batch * k, false)?;
-    let info = Output::new("info", info, batch, false)?;
+    let a = Matrices::new("a", layout, [batch, m, n], a, lda)?.view();
+    let s = output("s", s, batch * k)?;
+    let info = output("info", info, batch)?;
     // jobz 'A': U is m x m and V^T n x n; 'S': m x k and k x n; 'N': neither is computed.
-    let (u_cols, vt_rows) = if jobz as u8 == b'A' { (m, n) } else { (k, k) };
-    let wanted = jobz as u8 != b'N';
-    let (mut u_scratch, mut vt_scratch) = (Vec::new(), Vec::new());
-    let u = if wanted {
-        Some(Matrices::new("u", layout, [batch, m, u_cols], u, ldu)?)
+    let (u_cols, vt_rows) = if job == SvdJob::All { (m, n) } else { (k, k) };
+    let (u, vt) = if job == SvdJob::None {
+        (None, None)
     } else {
-        None
+        (
+            Some(Matrices::new("u", layout, [batch, m, u_cols], u, ldu)?.view()),
+            Some(Matrices::new("vt", layout, [batch, vt_rows, n], vt, ldvt)?.view()),
+        )
     };
-    let vt = if wanted {
-        Some(Matrices::new("vt", layout, [batch, vt_rows, n], vt, ldvt)?)
-    } else {
-        None
-    };
-    u_scratch.resize(batch * m * u_cols, T::default());
-    vt_scratch.resize(batch * vt_rows * n, T::default());
-    // `a` is LAPACK's workspace here; the caller's copy is left as it was.
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    let (b, m, n, k) = (batch as i64, m as i64, n as i64, k as i64);
-    host::call(
-        handler,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            buffer(vec![b, k], s.data),
-            buffer(vec![b, m, u_cols as i64], u_scratch.as_mut_ptr()),
-            buffer(vec![b, vt_rows as i64, n], vt_scratch.as_mut_ptr()),
-            int_buffer(vec![b], info.data),
-        ],
-        &[("mode", mode)],
-    )?;
-    if let (Some(u), Some(vt)) = (u, vt) {
-        u.unpack(&u_scratch);
-        vt.unpack(&vt_scratch);
-    }
-    Ok(())
+    let factors = Factors { s, u, vt, info };
+    core(svd::svd(workers(), driver, job, a, None, factors))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn syevd<T: Scalar>(
+pub(crate) unsafe fn syevd<T: Evd>(
     layout: c_int,
     batch: i64,
     jobz: c_char,
@@ -506,30 +380,17 @@ pub(crate) unsafe fn syevd<T: Scalar>(
     w: *mut Real<T>,
     info: *mut i32,
 ) -> Result<()> {
-    let uplo_flag = char_flag("uplo", uplo, b"LU")?;
-    let mode = char_flag("jobz", jobz, b"VN")?;
+    let uplo = flag::<Uplo>("uplo", uplo)?;
+    let jobz = flag::<Vectors>("jobz", jobz)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
-    let w = Output::new("w", w, batch * n, false)?;
-    let info = Output::new("info", info, batch, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    host::call(
-        ops::eigh::ferrax_cpu_syevd,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            buffer(vec![batch as i64, n as i64], w.data),
-            int_buffer(vec![batch as i64], info.data),
-        ],
-        &[("uplo", uplo_flag), ("mode", mode)],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
+    let w = output("w", w, batch * n)?;
+    let info = output("info", info, batch)?;
+    core(eigh::eigh(workers(), InOut::in_place(a), uplo, jobz, w, info))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn gehrd<T: Scalar>(
+pub(crate) unsafe fn gehrd<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     n: i32,
@@ -541,40 +402,29 @@ pub(crate) unsafe fn gehrd<T: Scalar>(
     info: *mut i32,
 ) -> Result<()> {
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let top = n.max(1) as i32;
-    if !(1..=top).contains(&ilo) {
+    let order = n as i32;
+    let ilos = hessenberg::ilo_range(order);
+    if !ilos.contains(&ilo) {
         return Err(format!(
-            "ilo = {ilo}: expected 1 <= ilo <= max(1, n) = {top}"
+            "ilo = {ilo}: expected 1 <= ilo <= max(1, n) = {}",
+            ilos.end()
         ));
     }
-    let low = ilo.min(n as i32);
-    if !(low..=n as i32).contains(&ihi) {
+    let ihis = hessenberg::ihi_range(order, ilo);
+    if !ihis.contains(&ihi) {
         return Err(format!(
-            "ihi = {ihi}: expected min(ilo, n) = {low} <= ihi <= n = {n}"
+            "ihi = {ihi}: expected min(ilo, n) = {} <= ihi <= n = {n}",
+            ihis.start()
         ));
     }
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
-    let reflectors = n.saturating_sub(1);
-    let tau = Output::new("tau", tau, batch * reflectors, false)?;
-    let info = Output::new("info", info, batch, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    host::call(
-        ops::hessenberg::ferrax_cpu_gehrd,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            buffer(vec![batch as i64, reflectors as i64], tau.data),
-            int_buffer(vec![batch as i64], info.data),
-        ],
-        &[("low", AttrValue::I32(ilo)), ("high", AttrValue::I32(ihi))],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
+    let tau = output("tau", tau, batch * n.saturating_sub(1))?;
+    let info = output("info", info, batch)?;
+    core(hessenberg::gehrd(workers(), InOut::in_place(a), ilo, ihi, tau, info))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn sytrd<T: Scalar>(
+pub(crate) unsafe fn sytrd<T: LapackScalar>(
     layout: c_int,
     batch: i64,
     uplo: c_char,
@@ -586,31 +436,15 @@ pub(crate) unsafe fn sytrd<T: Scalar>(
     tau: *mut T,
     info: *mut i32,
 ) -> Result<()> {
-    let uplo_flag = char_flag("uplo", uplo, b"LU")?;
+    let uplo = flag::<Uplo>("uplo", uplo)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
     let off = n.saturating_sub(1);
-    let d = Output::new("d", d, batch * n, false)?;
-    let e = Output::new("e", e, batch * off, false)?;
-    let tau = Output::new("tau", tau, batch * off, false)?;
-    let info = Output::new("info", info, batch, false)?;
-    let mut packed = a.pack();
-    let data = packed.as_mut_ptr();
-    let (b, n, off) = (batch as i64, n as i64, off as i64);
-    host::call(
-        ops::tridiagonal::ferrax_cpu_sytrd,
-        &[buffer(a.dims(), data)],
-        &[
-            buffer(a.dims(), data),
-            buffer(vec![b, n], d.data),
-            buffer(vec![b, off], e.data),
-            buffer(vec![b, off], tau.data),
-            int_buffer(vec![b], info.data),
-        ],
-        &[("uplo", uplo_flag)],
-    )?;
-    a.unpack(&packed);
-    Ok(())
+    let d = output("d", d, batch * n)?;
+    let e = output("e", e, batch * off)?;
+    let tau = output("tau", tau, batch * off)?;
+    let info = output("info", info, batch)?;
+    core(tridiagonal::sytrd(workers(), InOut::in_place(a), uplo, d, e, tau, info))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
@@ -629,13 +463,15 @@ pub(crate) unsafe fn ormqr<T: LapackScalar>(
     ldc: i32,
 ) -> Result<()> {
     let side = flag::<Side>("side", side)?;
-    // As LAPACK: complex Q has no plain transpose ('C' is its conjugate transpose).
-    char_flag(
-        "trans",
-        trans,
-        if T::DTYPE.is_complex() { b"NC" } else { b"NTC" },
-    )?;
-    let trans = if trans as u8 == b'N' { Trans::No } else { Trans::Transpose };
+    // As LAPACK: complex Q has no plain transpose ('C' is its conjugate transpose); 'T' and
+    // 'C' of real Q are both Qᵀ.
+    let trans = match flag::<Trans>("trans", trans)? {
+        Trans::Transpose if T::DTYPE.is_complex() => {
+            return Err(format!("trans = {}: expected one of 'N', 'C'", b'T'))
+        }
+        Trans::No => Trans::No,
+        _ => Trans::Transpose,
+    };
     let (batch, m, n, k) = (
         size("batch", batch)?,
         size("m", m.into())?,
@@ -703,52 +539,8 @@ pub(crate) unsafe fn gtsv<T: LapackScalar>(
     core(tridiagonal_solve::gtsv(workers(), diagonals, InOut::in_place(b), info))
 }
 
-/// Complex eigenvalues as the handlers return them: one complex array for complex input,
-/// real and imaginary parts for real input, which the C ABI then interleaves into `w`.
-struct Eigenvalues<T: Scalar> {
-    w: *mut T::Complex,
-    parts: Vec<Real<T>>,
-    len: usize,
-}
-
-impl<T: Scalar> Eigenvalues<T> {
-    fn new(w: *mut T::Complex, len: usize) -> Result<Self> {
-        Output::new("w", w, len, false)?;
-        let parts = if T::DTYPE.is_complex() {
-            Vec::new()
-        } else {
-            vec![Real::<T>::default(); 2 * len]
-        };
-        Ok(Eigenvalues { w, parts, len })
-    }
-
-    /// The handler's eigenvalue results, shaped `dims`.
-    fn buffers(&mut self, dims: Vec<i64>) -> Vec<BufferArg> {
-        if T::DTYPE.is_complex() {
-            return vec![buffer(dims, self.w)];
-        }
-        let (re, im) = self.parts.split_at_mut(self.len);
-        vec![
-            buffer(dims.clone(), re.as_mut_ptr()),
-            buffer(dims, im.as_mut_ptr()),
-        ]
-    }
-
-    fn finish(&self) {
-        if !self.parts.is_empty() {
-            let (re, im) = self.parts.split_at(self.len);
-            // A complex value is laid out as [re, im] (num_complex's repr(C)).
-            let w = self.w.cast::<Real<T>>();
-            for i in 0..self.len {
-                // SAFETY: `w` holds `len` complex elements (checked in `new`).
-                unsafe { (*w.add(2 * i), *w.add(2 * i + 1)) = (re[i], im[i]) };
-            }
-        }
-    }
-}
-
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn geev<T: Scalar>(
+pub(crate) unsafe fn geev<T: Geev>(
     layout: c_int,
     batch: i64,
     jobvl: c_char,
@@ -763,49 +555,28 @@ pub(crate) unsafe fn geev<T: Scalar>(
     ldvr: i32,
     info: *mut i32,
 ) -> Result<()> {
-    let left = char_flag("jobvl", jobvl, b"VN")?;
-    let right = char_flag("jobvr", jobvr, b"VN")?;
+    let left = flag::<Vectors>("jobvl", jobvl)?;
+    let right = flag::<Vectors>("jobvr", jobvr)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
-    let mut w = Eigenvalues::<T>::new(w, batch * n)?;
-    let info = Output::new("info", info, batch, false)?;
-    let wanted = |job: c_char, name, data, ld| -> Result<Option<Matrices<_>>> {
-        if job as u8 == b'V' {
-            Matrices::new(name, layout, [batch, n, n], data, ld).map(Some)
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
+    let w = eig::Eigenvalues::Complex(output("w", w, batch * n)?);
+    let info = output("info", info, batch)?;
+    let wanted = |job: Vectors, name, data, ld| -> Result<Option<Batch<_>>> {
+        if job.computed() {
+            Ok(Some(Matrices::new(name, layout, [batch, n, n], data, ld)?.view()))
         } else {
             Ok(None)
         }
     };
     let (vl, vr) = (
-        wanted(jobvl, "vl", vl, ldvl)?,
-        wanted(jobvr, "vr", vr, ldvr)?,
+        wanted(left, "vl", vl, ldvl)?,
+        wanted(right, "vr", vr, ldvr)?,
     );
-    let mut packed = a.pack();
-    let mut vectors = vec![T::Complex::default(); 2 * batch * n * n];
-    let (left_vectors, right_vectors) = vectors.split_at_mut(batch * n * n);
-    let (b, n) = (batch as i64, n as i64);
-    let mut rets = w.buffers(vec![b, n]);
-    rets.push(buffer(vec![b, n, n], left_vectors.as_mut_ptr()));
-    rets.push(buffer(vec![b, n, n], right_vectors.as_mut_ptr()));
-    rets.push(int_buffer(vec![b], info.data));
-    host::call(
-        ops::eig::ferrax_cpu_geev,
-        &[buffer(a.dims(), packed.as_mut_ptr())],
-        &rets,
-        &[("compute_left", left), ("compute_right", right)],
-    )?;
-    w.finish();
-    if let Some(vl) = vl {
-        vl.unpack(left_vectors);
-    }
-    if let Some(vr) = vr {
-        vr.unpack(right_vectors);
-    }
-    Ok(())
+    core(eig::geev(workers(), a, w, vl, vr, info))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
-pub(crate) unsafe fn gees<T: Scalar>(
+pub(crate) unsafe fn gees<T: Gees>(
     layout: c_int,
     batch: i64,
     jobvs: c_char,
@@ -817,41 +588,19 @@ pub(crate) unsafe fn gees<T: Scalar>(
     ldvs: i32,
     info: *mut i32,
 ) -> Result<()> {
-    let mode = char_flag("jobvs", jobvs, b"VN")?;
+    let jobvs = flag::<Vectors>("jobvs", jobvs)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
-    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?;
-    let mut w = Eigenvalues::<T>::new(w, batch * n)?;
-    let info = Output::new("info", info, batch, false)?;
-    let vs = if jobvs as u8 == b'V' {
-        Some(Matrices::new("vs", layout, [batch, n, n], vs, ldvs)?)
+    let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
+    let w = eig::Eigenvalues::Complex(output("w", w, batch * n)?);
+    let info = output("info", info, batch)?;
+    let vs = if jobvs.computed() {
+        Some(Matrices::new("vs", layout, [batch, n, n], vs, ldvs)?.view())
     } else {
         None
     };
-    let mut packed = a.pack();
-    let mut vectors = vec![T::default(); batch * n * n];
     // LAPACK's `sdim`, the number of eigenvalues selected by sorting, which is not offered.
-    let mut sdim = vec![0i32; batch];
-    let data = packed.as_mut_ptr();
-    let (b, n) = (batch as i64, n as i64);
-    let mut rets = vec![
-        buffer(a.dims(), data),
-        buffer(vec![b, n, n], vectors.as_mut_ptr()),
-    ];
-    rets.extend(w.buffers(vec![b, n]));
-    rets.push(int_buffer(vec![b], sdim.as_mut_ptr()));
-    rets.push(int_buffer(vec![b], info.data));
-    host::call(
-        ops::schur::ferrax_cpu_gees,
-        &[buffer(a.dims(), data)],
-        &rets,
-        &[("mode", mode), ("sort", AttrValue::U8(b'N'))],
-    )?;
-    w.finish();
-    a.unpack(&packed);
-    if let Some(vs) = vs {
-        vs.unpack(&vectors);
-    }
-    Ok(())
+    let mut sdim = vec![0; batch];
+    core(schur::gees(workers(), InOut::in_place(a), w, vs, &mut sdim, info))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list

@@ -2,7 +2,6 @@
 //! reads, and the LAPACK table's fillers.
 
 pub mod catalyst;
-mod host;
 mod lapack;
 mod limits;
 pub mod linalg;

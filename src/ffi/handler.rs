@@ -366,28 +366,6 @@ pub fn unsupported_dtype(buffer: &Buffer<'_>) -> Error {
 macro_rules! ffi_handler {
     (
         $(#[$meta:meta])*
-        $vis:vis fn $symbol:ident = $target:expr;
-        $( ctx $ctx:ident : $ctx_ty:ty; )*
-        $( arg $arg:ident : $arg_ty:ty; )*
-        $( ret $ret:ident : $ret_ty:ty; )*
-        $( attr $attr:ident : $attr_ty:ty; )*
-        traits = $traits:expr;
-        body = $body:path;
-    ) => {
-        $crate::ffi_handler! {
-            $(#[$meta])*
-            $vis fn $symbol($target) {
-                $( ctx $ctx: $ctx_ty; )*
-                $( arg $arg: $arg_ty; )*
-                $( ret $ret: $ret_ty; )*
-                $( attr $attr: $attr_ty; )*
-                traits = $traits;
-                body = $body;
-            }
-        }
-    };
-    (
-        $(#[$meta:meta])*
         $vis:vis fn $symbol:ident($target:expr) {
             $( ctx $ctx:ident : $ctx_ty:ty; )*
             $( arg $arg:ident : $arg_ty:ty; )*

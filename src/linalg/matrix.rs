@@ -223,6 +223,38 @@ impl<T: Copy> Batch<T> {
         }
     }
 
+    /// Runs `f(m, ld)` on matrix `b` as a column-major matrix with leading dimension `ld` for
+    /// a result that `f` writes (LAPACK's `U`, eigenvectors, ...): in place where LAPACK can
+    /// take it, else in `scratch` (grown as needed), written to the matrix afterwards. The
+    /// matrix starts as `fill` either way, so whatever `f` leaves unwritten is `fill`.
+    ///
+    /// # Safety
+    /// `b < count`; nothing else reads or writes the matrix meanwhile.
+    pub unsafe fn column_major_result<R>(
+        &self,
+        b: usize,
+        fill: T,
+        scratch: &mut Vec<T>,
+        f: impl FnOnce(&mut [T], usize) -> R,
+    ) -> R {
+        let (rows, cols) = (self.rows, self.cols);
+        if let Some(ld) = self.lapack_ld() {
+            let span = self.matrix_span(b);
+            if rows > 0 {
+                (0..cols).for_each(|j| span[j * ld..j * ld + rows].fill(fill));
+            }
+            return f(span, ld);
+        }
+        if scratch.len() < rows * cols {
+            scratch.resize(rows * cols, fill);
+        }
+        let staged = &mut scratch[..rows * cols];
+        staged.fill(fill);
+        let result = f(staged, rows.max(1));
+        self.scatter(b, staged);
+        result
+    }
+
     fn same_layout(&self, other: &Batch<T>) -> bool {
         (self.row_stride, self.col_stride) == (other.row_stride, other.col_stride)
     }
@@ -277,17 +309,12 @@ impl<T: Copy> InOut<T> {
             self.input.copy_to(b, &self.output);
             return f(self.output.matrix_span(b), ld);
         }
-        let (rows, cols) = (self.input.rows, self.input.cols);
-        let staged = stage(scratch, rows * cols, self.input.ptr);
-        // Where the two are one memory, this reads the result's own elements before writing.
-        self.input.gather(b, staged);
-        let result = f(staged, rows.max(1));
-        self.output.scatter(b, staged);
-        result
+        self.staged(b, scratch, |a| f(a, self.input.rows.max(1)))
     }
 
-    /// [`InOut::column_major`] for routines that take packed matrices only (leading
-    /// dimension `rows`): `f(a)`, staged unless the result is packed so.
+    /// [`InOut::column_major`] for routines that take no leading dimension: `f(a)` on matrix
+    /// `b` packed column-major (leading dimension `rows`), in the result where it is so laid
+    /// out, else staged in `scratch`.
     ///
     /// # Safety
     /// As [`InOut::column_major`].
@@ -297,12 +324,17 @@ impl<T: Copy> InOut<T> {
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T]) -> R,
     ) -> R {
-        let rows = self.input.rows;
-        if self.output.lapack_ld() == Some(rows.max(1)) {
-            self.input.copy_to(b, &self.output);
-            return f(self.output.matrix_span(b));
+        if self.output.lapack_ld() == Some(self.input.rows.max(1)) {
+            return self.column_major(b, scratch, |a, _| f(a));
         }
-        let staged = stage(scratch, rows * self.input.cols, self.input.ptr);
+        self.staged(b, scratch, f)
+    }
+
+    /// `f` on matrix `b` gathered column-major into `scratch`, then scattered to the result.
+    unsafe fn staged<R>(&self, b: usize, scratch: &mut Vec<T>, f: impl FnOnce(&mut [T]) -> R) -> R {
+        let (rows, cols) = (self.input.rows, self.input.cols);
+        let staged = stage(scratch, rows * cols, self.input.ptr);
+        // Where the two are one memory, this reads the result's own elements before writing.
         self.input.gather(b, staged);
         let result = f(staged);
         self.output.scatter(b, staged);
@@ -467,6 +499,24 @@ mod tests {
                 view.gather(1, &mut back);
                 assert_eq!(back[3 + 2], -7.0, "{name}");
             }
+        }
+    }
+    #[test]
+    fn column_major_result_starts_filled_in_every_layout() {
+        let mut data = Vec::new();
+        for (view, name) in batches(&mut data) {
+            data.fill(-1.0);
+            let mut scratch = vec![5.0; 2];
+            // SAFETY: as above.
+            unsafe {
+                view.column_major_result(1, 0.0, &mut scratch, |a, ld| a[ld + 2] = -7.0);
+                let mut back = vec![1.0; 12];
+                view.gather(1, &mut back);
+                let expected: Vec<f64> = (0..12).map(|k| if k == 5 { -7.0 } else { 0.0 }).collect();
+                assert_eq!(back, expected, "{name}");
+            }
+            // Nothing else is written: not the other matrix, not the padding.
+            assert_eq!(data.iter().filter(|&&x| x != -1.0).count(), 12, "{name}");
         }
     }
 }

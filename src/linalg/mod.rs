@@ -7,10 +7,16 @@ pub mod flags;
 pub mod matrix;
 pub mod parallel;
 
+pub mod eig;
+pub mod eigh;
 pub mod getrf;
+pub mod hessenberg;
 pub mod potrf;
 pub mod qr;
+pub mod schur;
 pub mod sparse;
+pub mod svd;
+pub mod tridiagonal;
 pub mod tridiagonal_solve;
 pub mod trsm;
 
@@ -21,12 +27,15 @@ use ferrax_kernels::small::qr::QrScalar;
 use num_complex::Complex;
 
 /// The four LAPACK scalars (f32, f64, c64, c128): LAPACK's routines for them, the Rust
-/// small-matrix kernels, and what generic code needs besides.
+/// small-matrix kernels (whose real type is LAPACK's), and what generic code needs besides.
 pub trait LapackScalar:
-    NativeType + Lapack<Real: NativeType + Default + Into<f64>> + Default + QrScalar
+    NativeType
+    + Lapack<Real: NativeType + Default + Into<f64>>
+    + Default
+    + QrScalar<Real = <Self as Lapack>::Real>
 {
     /// The complex scalar of the same precision (eigenvalues of real matrices are complex).
-    type Complex: NativeType + Default;
+    type Complex: NativeType + Default + QrScalar<Real = <Self as Lapack>::Real>;
     /// The real part as f64 (LAPACK reports workspace sizes in the real part of `work[0]`).
     fn real_f64(self) -> f64;
     fn is_finite(self) -> bool;

@@ -1,0 +1,291 @@
+//! Symmetric / Hermitian eigendecomposition by divide and conquer (LAPACK's `?syevd` and
+//! `?heevd`): the ascending real eigenvalues, `info` and (when asked) the eigenvectors of
+//! every matrix of a batch, in whatever layout the batch is; in Rust up to [`SMALL_MAX`].
+
+use super::flags::{Flag, Uplo, Vectors};
+use super::matrix::InOut;
+use super::parallel::{for_each_chunk, Pool, SharedMut};
+use super::{lapack_int, routine, LapackScalar};
+use crate::error::{Error, Result};
+use ferrax_cpu_fallback::{ComplexLapack, Heevd, Lapack, Real, RealLapack, Syevd};
+use ferrax_kernels::small::eigh::{self as small_eigh, EighReal};
+use num_complex::Complex;
+use std::ffi::c_char;
+
+/// Up to this order the matrices are solved in Rust ([`small_eigh::eigh`]: LAPACK's steps for
+/// these sizes, where `?syevd` hands the tridiagonal problem to `?steqr`) instead of calling
+/// LAPACK once per matrix, whose overhead and allocator lock dominate there (2.6-4.3× faster
+/// at n = 4-24, 2 cores). Above, LAPACK's divide and conquer wins (at n = 32 QL iteration in
+/// Rust is 1.1-1.5× slower than LAPACK).
+pub const SMALL_MAX: usize = 25;
+
+/// Decomposes every matrix of `a` (`n × n`, its `uplo` triangle read): `w` gets its `n`
+/// ascending eigenvalues and `info` its LAPACK `info`; with `jobz` [`Vectors::Compute`] the
+/// orthonormal eigenvectors (columns) replace it in `a.output`, else that matrix is left
+/// undefined, as by LAPACK.
+pub fn eigh<T: Evd>(
+    pool: &dyn Pool,
+    a: InOut<T>,
+    uplo: Uplo,
+    jobz: Vectors,
+    w: &mut [Real<T>],
+    info: &mut [i32],
+) -> Result<()> {
+    let (count, order) = (a.input.count(), a.input.rows());
+    if a.input.cols() != order || w.len() != count * order || info.len() != count {
+        return Err(Error::internal(format!(
+            "eigh: {count} matrices of {order}×{} take {} eigenvalues and {count} infos, got \
+             {} and {}",
+            a.input.cols(),
+            count * order,
+            w.len(),
+            info.len()
+        )));
+    }
+    let n = lapack_int("n", order)?;
+    if count == 0 || order == 0 {
+        // What LAPACK answers for n = 0, without calling it with a zero leading dimension.
+        info.fill(0);
+        return Ok(());
+    }
+    let (w, info) = (SharedMut(w.as_mut_ptr()), SharedMut(info.as_mut_ptr()));
+    // SAFETY: the eigenvalues and info of matrix `b`, which its task alone writes.
+    let results = |b: usize| unsafe { (w.slice(b * order, order), info.slice(b, 1)) };
+    let flops = order.saturating_pow(3);
+    if order <= SMALL_MAX {
+        let (lower, vectors) = (uplo.is_lower(), jobz.computed());
+        return for_each_chunk(pool, count, flops, &|range| {
+            let mut off_diagonal = vec![Real::<T>::default(); order];
+            let mut scratch = vec![T::default(); small_eigh::scratch_len(order)];
+            let mut staged = Vec::new();
+            for b in range {
+                let (w, info) = results(b);
+                // SAFETY: matrix `b`, which this task alone touches.
+                info[0] = unsafe {
+                    a.packed_column_major(b, &mut staged, |a| {
+                        small_eigh::eigh(
+                            a,
+                            order,
+                            lower,
+                            vectors,
+                            w,
+                            &mut off_diagonal,
+                            &mut scratch,
+                        )
+                    })
+                };
+            }
+            Ok(())
+        });
+    }
+    let evd = T::routine()?;
+    let (uplo, jobz) = (uplo.letter(), jobz.letter());
+
+    // One workspace query for the whole call: every matrix has the same order.
+    let mut query = Workspace::<T>::query();
+    let mut query_info = 0;
+    // SAFETY: a query only writes the first element of each workspace and `query_info`.
+    unsafe {
+        T::evd(
+            evd,
+            &jobz,
+            &uplo,
+            &n,
+            a.output.as_ptr(),
+            &n,
+            w.at(0),
+            &mut query,
+            &mut query_info,
+        )
+    };
+    if query_info != 0 {
+        return Err(Error::internal(format!(
+            "LAPACK workspace query failed with info {query_info}"
+        )));
+    }
+    let (min_work, min_rwork) = T::min_work(order, jobz == b'V' as c_char);
+    let lwork = workspace_len(query.work[0].real_f64(), min_work, "work")?;
+    let lrwork = workspace_len(query.rwork[0].into(), min_rwork, "rwork")?;
+    let liwork = query.iwork[0].max(1);
+
+    let syevd_range = |range: std::ops::Range<usize>| {
+        let mut ws = Workspace::<T>::new(lwork, lrwork, liwork);
+        let mut staged = Vec::new();
+        for b in range {
+            let (w, info) = results(b);
+            // SAFETY: matrix `b`, which this task alone touches; the workspace has the sizes
+            // LAPACK asked for.
+            unsafe {
+                a.column_major(b, &mut staged, |a, ld| {
+                    let ld = ld as i32;
+                    T::evd(
+                        evd,
+                        &jobz,
+                        &uplo,
+                        &n,
+                        a.as_mut_ptr(),
+                        &ld,
+                        w.as_mut_ptr(),
+                        &mut ws,
+                        &mut info[0],
+                    )
+                })
+            };
+        }
+        Ok(())
+    };
+    for_each_chunk(pool, count, flops, &|range| {
+        // OpenBLAS's divide and conquer (its threaded `xLAED3`) starts its own threads even for
+        // small matrices, which next to the pool's threads oversubscribe the cores (n = 32,
+        // 512 matrices, 2 cores: 72 -> 28 ms; 43 ms on one core). One matrix keeps them.
+        if count > 1 {
+            ferrax_cpu_fallback::single_threaded(|| syevd_range(range))
+        } else {
+            syevd_range(range)
+        }
+    })
+}
+
+/// LAPACK's three workspaces with their lengths; `rwork` is used by `?heevd` only.
+pub struct Workspace<T: Lapack> {
+    work: Vec<T>,
+    lwork: i32,
+    rwork: Vec<Real<T>>,
+    lrwork: i32,
+    iwork: Vec<i32>,
+    liwork: i32,
+}
+
+impl<T: Evd> Workspace<T> {
+    /// Room for LAPACK's answer to a workspace query (lengths -1): the optimal sizes, written
+    /// to the first element of each workspace.
+    fn query() -> Self {
+        Self::new(-1, -1, -1)
+    }
+
+    fn new(lwork: i32, lrwork: i32, liwork: i32) -> Self {
+        let len = |l: i32| usize::try_from(l).unwrap_or(1);
+        Workspace {
+            work: vec![T::default(); len(lwork)],
+            lwork,
+            rwork: vec![Real::<T>::default(); len(lrwork)],
+            lrwork,
+            iwork: vec![0; len(liwork)],
+            liwork,
+        }
+    }
+}
+
+/// The scalars [`eigh`] takes: `?syevd` for real ones and `?heevd` (which also takes a real
+/// workspace) for complex ones, behind one signature, and the Rust solver's real type.
+pub trait Evd: LapackScalar + Lapack<Real: EighReal> {
+    type Routine: Copy + Send + Sync;
+
+    fn routine() -> Result<Self::Routine>;
+
+    /// jaxlib's closed-form `(lwork, lrwork)` for order `n`, LAPACK's documented minimums.
+    fn min_work(n: usize, vectors: bool) -> (usize, usize);
+
+    /// # Safety
+    /// As the LAPACK routine: `a` holds an `lda × n` matrix, `w` room for `n` eigenvalues.
+    #[allow(clippy::too_many_arguments)] // LAPACK's own argument list
+    unsafe fn evd(
+        routine: Self::Routine,
+        jobz: &c_char,
+        uplo: &c_char,
+        n: &i32,
+        a: *mut Self,
+        lda: &i32,
+        w: *mut Real<Self>,
+        ws: &mut Workspace<Self>,
+        info: *mut i32,
+    );
+}
+
+macro_rules! real_evd {
+    ($($t:ty),*) => {$(
+        impl Evd for $t {
+            type Routine = Syevd<$t>;
+
+            fn routine() -> Result<Self::Routine> {
+                routine(<$t as RealLapack>::syevd())
+            }
+
+            fn min_work(n: usize, vectors: bool) -> (usize, usize) {
+                (if vectors { 1 + 6 * n + 2 * n * n } else { 2 * n + 1 }, 0)
+            }
+
+            unsafe fn evd(
+                syevd: Self::Routine,
+                jobz: &c_char,
+                uplo: &c_char,
+                n: &i32,
+                a: *mut Self,
+                lda: &i32,
+                w: *mut Real<Self>,
+                ws: &mut Workspace<Self>,
+                info: *mut i32,
+            ) {
+                syevd(
+                    jobz, uplo, n, a, lda, w,
+                    ws.work.as_mut_ptr(), &ws.lwork,
+                    ws.iwork.as_mut_ptr(), &ws.liwork,
+                    info,
+                )
+            }
+        }
+    )*};
+}
+real_evd!(f32, f64);
+
+macro_rules! complex_evd {
+    ($($t:ty),*) => {$(
+        impl Evd for $t {
+            type Routine = Heevd<$t>;
+
+            fn routine() -> Result<Self::Routine> {
+                routine(<$t as ComplexLapack>::heevd())
+            }
+
+            fn min_work(n: usize, vectors: bool) -> (usize, usize) {
+                if vectors {
+                    (2 * n + n * n, 1 + 5 * n + 2 * n * n)
+                } else {
+                    (n + 1, n.max(1))
+                }
+            }
+
+            unsafe fn evd(
+                heevd: Self::Routine,
+                jobz: &c_char,
+                uplo: &c_char,
+                n: &i32,
+                a: *mut Self,
+                lda: &i32,
+                w: *mut Real<Self>,
+                ws: &mut Workspace<Self>,
+                info: *mut i32,
+            ) {
+                heevd(
+                    jobz, uplo, n, a, lda, w,
+                    ws.work.as_mut_ptr(), &ws.lwork,
+                    ws.rwork.as_mut_ptr(), &ws.lrwork,
+                    ws.iwork.as_mut_ptr(), &ws.liwork,
+                    info,
+                )
+            }
+        }
+    )*};
+}
+complex_evd!(Complex<f32>, Complex<f64>);
+
+/// A workspace length as LAPACK's integer: the larger of the queried size and the documented
+/// minimum (a size returned as a float may have been rounded down in single precision).
+fn workspace_len(queried: f64, minimum: usize, what: &str) -> Result<i32> {
+    let len = (queried.ceil() as usize).max(minimum);
+    i32::try_from(len).map_err(|_| {
+        Error::invalid_argument(format!(
+            "{what} of {len} elements exceeds LAPACK's 32-bit integer range"
+        ))
+    })
+}

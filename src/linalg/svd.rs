@@ -1,0 +1,400 @@
+//! Singular value decomposition (LAPACK's `?gesdd`, divide and conquer, and `?gesvd`, QR
+//! iteration): the singular values, `info` and (when asked) `U` and `Vᴴ` of every matrix of a
+//! batch, in whatever layout the batch and the factors are.
+
+use super::flags::{Flag, SvdJob};
+use super::matrix::Batch;
+use super::parallel::{for_each_chunk, Pool, SharedMut};
+use super::{lapack_int, routine, LapackScalar};
+use crate::error::{Error, Result};
+use ferrax_cpu_fallback::{ComplexLapack, GesddComplex, GesddReal, Lapack, Real, RealLapack};
+use ferrax_cpu_fallback::{GesvdComplex, GesvdReal};
+use num_complex::Complex;
+use std::ffi::c_char;
+
+/// The LAPACK driver: both take the same operands and job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    /// `?gesdd`: divide and conquer (jax's default CPU SVD).
+    Gesdd,
+    /// `?gesvd` with `jobu = jobvt = job`: QR iteration (`SvdAlgorithm.QR`).
+    Gesvd,
+}
+
+impl Driver {
+    fn name(self) -> &'static str {
+        match self {
+            Driver::Gesdd => "gesdd",
+            Driver::Gesvd => "gesvd",
+        }
+    }
+
+    /// The position of `a` among the routine's arguments (`info = -i` flags argument i).
+    fn a_argument(self) -> i32 {
+        match self {
+            Driver::Gesdd => 4,
+            Driver::Gesvd => 5,
+        }
+    }
+
+    /// jaxlib's integer workspace length for `k = min(m, n)` (only `?gesdd` takes one).
+    fn iwork_len(self, k: usize) -> usize {
+        match self {
+            Driver::Gesdd => 8 * k,
+            Driver::Gesvd => 0,
+        }
+    }
+}
+
+/// The results of [`svd`] for a batch of `m × n` matrices, `k = min(m, n)`.
+pub struct Factors<'a, T: LapackScalar> {
+    /// `k` singular values per matrix, descending.
+    pub s: &'a mut [Real<T>],
+    /// `U`: `m × m` ([`SvdJob::All`]) or `m × k` ([`SvdJob::Some`]); with [`SvdJob::None`] it
+    /// need not be given, and one given is not written (but see [`svd`] on empty matrices).
+    pub u: Option<Batch<T>>,
+    /// `Vᴴ`: `n × n` or `k × n`, as `u`.
+    pub vt: Option<Batch<T>>,
+    /// LAPACK's `info` per matrix; `-a` (the position of `a` among the driver's arguments) for
+    /// a matrix with a non-finite entry, which is not passed to LAPACK.
+    pub info: &'a mut [i32],
+}
+
+/// Decomposes every matrix of `a` with `driver`. LAPACK overwrites its copy of each matrix:
+/// that copy is `a_out` where given (jaxlib's `x_out`, which may be `a` itself), else scratch,
+/// `a` being left as it is. OpenBLAS's drivers never return on Inf input when vectors are
+/// asked for (stock jaxlib hangs), so a matrix with a non-finite entry gets `info` `-a` (as
+/// jaxlib's `geev`, and jax then fills its outputs with NaN) and zero `U`, `Vᴴ`. An empty
+/// matrix (`k = 0`) has the empty SVD: LAPACK would leave `U` and `Vᴴ` unwritten, so every one
+/// given becomes the identity, what jax's own lowering gives. [`SvdJob::Overwrite`] is not
+/// supported.
+pub fn svd<T: Svd>(
+    pool: &dyn Pool,
+    driver: Driver,
+    job: SvdJob,
+    a: Batch<T>,
+    a_out: Option<Batch<T>>,
+    out: Factors<'_, T>,
+) -> Result<()> {
+    let (count, rows, cols) = (a.count(), a.rows(), a.cols());
+    let k = rows.min(cols);
+    let factor_shapes = match job {
+        SvdJob::All => Some(([rows, rows], [cols, cols])),
+        SvdJob::Some => Some(([rows, k], [k, cols])),
+        SvdJob::None => None,
+        SvdJob::Overwrite => {
+            return Err(Error::unimplemented(
+                "svd: job 'O' (U or V^T written over the input) is not supported",
+            ))
+        }
+    };
+    let shape_of = |m: &Batch<T>| [m.count(), m.rows(), m.cols()];
+    let factors_fit = match factor_shapes {
+        Some(([ur, uc], [vr, vc])) => {
+            out.u.as_ref().map(shape_of) == Some([count, ur, uc])
+                && out.vt.as_ref().map(shape_of) == Some([count, vr, vc])
+        }
+        None => [&out.u, &out.vt]
+            .iter()
+            .all(|f| f.as_ref().map_or(true, |f| f.count() == count)),
+    };
+    if out.s.len() != count * k
+        || out.info.len() != count
+        || !factors_fit
+        || a_out
+            .as_ref()
+            .is_some_and(|o| shape_of(o) != [count, rows, cols])
+    {
+        return Err(Error::internal(format!(
+            "{}: the results do not fit {count} matrices of {rows}×{cols} and job {:?}",
+            driver.name(),
+            job
+        )));
+    }
+    let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
+    if count == 0 {
+        return Ok(());
+    }
+    let Factors { s, u, vt, info } = out;
+    if k == 0 {
+        info.fill(0);
+        for factor in [u, vt].into_iter().flatten() {
+            let mut staged = Vec::new();
+            for b in 0..count {
+                // SAFETY: each matrix of the factor, one after another.
+                unsafe {
+                    factor.column_major_result(b, T::ZERO, &mut staged, |f, ld| {
+                        (0..factor.rows().min(factor.cols())).for_each(|i| f[i * ld + i] = T::ONE)
+                    })
+                };
+            }
+        }
+        return Ok(());
+    }
+    let computed = factor_shapes.is_some();
+    let routine = T::routine(driver)?;
+    let lwork = optimal_lwork::<T>(driver, routine, job.letter(), m, n)?;
+    let rwork_len = T::rwork_len(driver, rows, cols, job).ok_or_else(|| {
+        Error::invalid_argument(format!(
+            "{}: the real workspace for {rows}×{cols} matrices does not fit in memory",
+            driver.name()
+        ))
+    })?;
+    let iwork_len = driver.iwork_len(k);
+    let (s, info) = (SharedMut(s.as_mut_ptr()), SharedMut(info.as_mut_ptr()));
+    // Roughly the bidiagonalization's 4mnk flops.
+    let flops = (rows * cols).saturating_mul(4 * k).max(1);
+    for_each_chunk(pool, count, flops, &|range| {
+        let mut workspace = Workspace::<T> {
+            work: vec![T::default(); lwork as usize],
+            rwork: vec![<Real<T>>::default(); rwork_len],
+            iwork: vec![0; iwork_len],
+        };
+        let (mut staged_a, mut staged_u, mut staged_vt) = (Vec::new(), Vec::new(), Vec::new());
+        // Not referenced by LAPACK without vectors.
+        let (mut no_u, mut no_vt) = ([T::ZERO], [T::ZERO]);
+        for b in range {
+            // SAFETY: matrix `b` of each operand and result, which this task alone touches,
+            // within the shapes checked above; the workspace has the sizes LAPACK asked for.
+            unsafe {
+                let (s, info) = (s.at(b * k), info.at(b));
+                let mut decompose = |a: &mut [T], lda: usize| {
+                    let finite =
+                        (0..cols).all(|j| a[j * lda..j * lda + rows].iter().all(|x| x.is_finite()));
+                    let mut lapack = |u: &mut [T], ldu: usize, vt: &mut [T], ldvt: usize| {
+                        if !finite {
+                            *info = -driver.a_argument();
+                            return;
+                        }
+                        let matrix = Matrix {
+                            a: a.as_mut_ptr(),
+                            lda: lda as i32,
+                            s,
+                            u: u.as_mut_ptr(),
+                            ldu: ldu as i32,
+                            vt: vt.as_mut_ptr(),
+                            ldvt: ldvt as i32,
+                            info,
+                        };
+                        T::svd(routine, job.letter(), m, n, &matrix, &mut workspace, lwork);
+                    };
+                    match (computed, u, vt) {
+                        (true, Some(u), Some(vt)) => {
+                            u.column_major_result(b, T::ZERO, &mut staged_u, |u, ldu| {
+                                vt.column_major_result(b, T::ZERO, &mut staged_vt, |vt, ldvt| {
+                                    lapack(u, ldu, vt, ldvt)
+                                })
+                            })
+                        }
+                        _ => lapack(&mut no_u, 1, &mut no_vt, 1),
+                    }
+                };
+                match a_out {
+                    Some(a_out) => {
+                        let a = super::matrix::InOut {
+                            input: a,
+                            output: a_out,
+                        };
+                        a.column_major(b, &mut staged_a, decompose)
+                    }
+                    None => {
+                        if staged_a.len() < rows * cols {
+                            staged_a.resize(rows * cols, T::ZERO);
+                        }
+                        let staged = &mut staged_a[..rows * cols];
+                        a.gather(b, staged);
+                        decompose(staged, rows)
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The `lwork = -1` query for the batch's matrix shape (the same for every matrix).
+fn optimal_lwork<T: Svd>(
+    driver: Driver,
+    routine: Routine<T>,
+    job: c_char,
+    m: i32,
+    n: i32,
+) -> Result<i32> {
+    let mut query = Workspace::<T> {
+        work: vec![T::default()],
+        rwork: Vec::new(),
+        iwork: Vec::new(),
+    };
+    let mut info = 0;
+    let ld = |rows: i32| rows.max(1);
+    let k = m.min(n);
+    // The factors' leading dimensions for the job (LAPACK checks them even in a query).
+    let (ldu, ldvt) = match job as u8 {
+        b'A' => (ld(m), ld(n)),
+        b'S' => (ld(m), ld(k)),
+        _ => (1, 1),
+    };
+    let matrix = Matrix::<T> {
+        a: std::ptr::null_mut(),
+        lda: ld(m),
+        s: std::ptr::null_mut(),
+        u: std::ptr::null_mut(),
+        ldu,
+        vt: std::ptr::null_mut(),
+        ldvt,
+        info: &mut info,
+    };
+    // SAFETY: a workspace query reads only the scalar arguments and writes `work[0]` and
+    // `info` (jaxlib passes null matrices too).
+    unsafe { T::svd(routine, job, m, n, &matrix, &mut query, -1) };
+    let lwork = query.work[0].real_f64().ceil();
+    if info != 0 || !(1.0..=f64::from(i32::MAX)).contains(&lwork) {
+        return Err(Error::internal(format!(
+            "{} workspace query failed (info {info}, lwork {lwork})",
+            driver.name()
+        )));
+    }
+    Ok(lwork as i32)
+}
+
+/// One matrix's operands, with their leading dimensions.
+pub struct Matrix<T: Lapack> {
+    a: *mut T,
+    lda: i32,
+    s: *mut Real<T>,
+    u: *mut T,
+    ldu: i32,
+    vt: *mut T,
+    ldvt: i32,
+    info: *mut i32,
+}
+
+/// LAPACK scratch, allocated once per chunk of the batch.
+pub struct Workspace<T: Lapack> {
+    work: Vec<T>,
+    rwork: Vec<Real<T>>,
+    iwork: Vec<i32>,
+}
+
+/// The routine of one driver for `T`, looked up once per call.
+#[derive(Clone, Copy)]
+pub enum Routine<T: Svd> {
+    Gesdd(T::Gesdd),
+    Gesvd(T::Gesvd),
+}
+
+/// The scalars [`svd`] takes: `?gesdd` and `?gesvd` for each (the real routines have no
+/// `rwork`, the complex ones do).
+pub trait Svd: LapackScalar {
+    type Gesdd: Copy + Send + Sync;
+    type Gesvd: Copy + Send + Sync;
+    fn routine(driver: Driver) -> Result<Routine<Self>>;
+    /// jaxlib's `rwork` length (none for real scalars), or `None` on overflow.
+    fn rwork_len(driver: Driver, m: usize, n: usize, job: SvdJob) -> Option<usize>;
+    /// # Safety
+    /// The pointers must be valid for `m × n` and the job, the workspace at least as large
+    /// as `lwork` (or `lwork` -1 for a query).
+    unsafe fn svd(
+        f: Routine<Self>,
+        job: c_char,
+        m: i32,
+        n: i32,
+        x: &Matrix<Self>,
+        work: &mut Workspace<Self>,
+        lwork: i32,
+    );
+}
+
+macro_rules! svd_real {
+    ($($t:ty),*) => {$(
+        impl Svd for $t {
+            type Gesdd = GesddReal<$t>;
+            type Gesvd = GesvdReal<$t>;
+            fn routine(driver: Driver) -> Result<Routine<Self>> {
+                Ok(match driver {
+                    Driver::Gesdd => Routine::Gesdd(routine(<$t as RealLapack>::gesdd())?),
+                    Driver::Gesvd => Routine::Gesvd(routine(<$t as RealLapack>::gesvd())?),
+                })
+            }
+            fn rwork_len(_: Driver, _: usize, _: usize, _: SvdJob) -> Option<usize> {
+                Some(0)
+            }
+            unsafe fn svd(
+                f: Routine<Self>,
+                job: c_char,
+                m: i32,
+                n: i32,
+                x: &Matrix<Self>,
+                w: &mut Workspace<Self>,
+                lwork: i32,
+            ) {
+                match f {
+                    Routine::Gesdd(f) => f(
+                        &job, &m, &n, x.a, &x.lda, x.s, x.u, &x.ldu, x.vt, &x.ldvt,
+                        w.work.as_mut_ptr(), &lwork, w.iwork.as_mut_ptr(), x.info,
+                    ),
+                    Routine::Gesvd(f) => f(
+                        &job, &job, &m, &n, x.a, &x.lda, x.s, x.u, &x.ldu, x.vt, &x.ldvt,
+                        w.work.as_mut_ptr(), &lwork, x.info,
+                    ),
+                }
+            }
+        }
+    )*};
+}
+svd_real!(f32, f64);
+
+macro_rules! svd_complex {
+    ($($t:ty),*) => {$(
+        impl Svd for Complex<$t> {
+            type Gesdd = GesddComplex<Complex<$t>>;
+            type Gesvd = GesvdComplex<Complex<$t>>;
+            fn routine(driver: Driver) -> Result<Routine<Self>> {
+                Ok(match driver {
+                    Driver::Gesdd => {
+                        Routine::Gesdd(routine(<Complex<$t> as ComplexLapack>::gesdd())?)
+                    }
+                    Driver::Gesvd => {
+                        Routine::Gesvd(routine(<Complex<$t> as ComplexLapack>::gesvd())?)
+                    }
+                })
+            }
+            fn rwork_len(driver: Driver, m: usize, n: usize, job: SvdJob) -> Option<usize> {
+                let (mn, mx) = (m.min(n), m.max(n));
+                let len = match driver {
+                    Driver::Gesvd => mn.checked_mul(5)?,
+                    Driver::Gesdd if job == SvdJob::None => mn.checked_mul(7)?,
+                    Driver::Gesdd => {
+                        let sq = mn.checked_mul(mn)?;
+                        let a = sq.checked_mul(5)?.checked_add(mn.checked_mul(5)?)?;
+                        let b = mx.checked_mul(mn)?.checked_add(sq)?.checked_mul(2)?.checked_add(mn)?;
+                        a.max(b)
+                    }
+                };
+                Some(len.max(1))
+            }
+            unsafe fn svd(
+                f: Routine<Self>,
+                job: c_char,
+                m: i32,
+                n: i32,
+                x: &Matrix<Self>,
+                w: &mut Workspace<Self>,
+                lwork: i32,
+            ) {
+                match f {
+                    Routine::Gesdd(f) => f(
+                        &job, &m, &n, x.a, &x.lda, x.s, x.u, &x.ldu, x.vt, &x.ldvt,
+                        w.work.as_mut_ptr(), &lwork, w.rwork.as_mut_ptr(), w.iwork.as_mut_ptr(),
+                        x.info,
+                    ),
+                    Routine::Gesvd(f) => f(
+                        &job, &job, &m, &n, x.a, &x.lda, x.s, x.u, &x.ldu, x.vt, &x.ldvt,
+                        w.work.as_mut_ptr(), &lwork, w.rwork.as_mut_ptr(), x.info,
+                    ),
+                }
+            }
+        }
+    )*};
+}
+svd_complex!(f32, f64);

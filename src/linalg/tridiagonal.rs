@@ -1,0 +1,126 @@
+//! Reduction of symmetric / Hermitian matrices to real tridiagonal form (LAPACK's `?sytrd` /
+//! `?hetrd`): `T = Qᴴ A Q` and the reflectors of `Q` for every matrix of a batch, in whatever
+//! layout the batch is; in Rust up to [`SMALL_MAX`].
+
+use super::flags::{Flag, Uplo};
+use super::matrix::InOut;
+use super::parallel::{for_each_chunk, Pool, SharedMut};
+use super::{lapack_int, query_lwork, routine, LapackScalar};
+use crate::error::{Error, Result};
+use ferrax_cpu_fallback::Real;
+use ferrax_kernels::small::eigh as small_eigh;
+
+/// Up to this order the matrices are reduced in Rust ([`small_eigh::sytd2`], LAPACK's
+/// unblocked algorithm, which `?sytrd` also runs at these sizes) instead of calling LAPACK
+/// once per matrix: its level-2 BLAS calls take OpenBLAS's buffer lock once per column, and
+/// two threads contending for it ran slower than stock jaxlib's one.
+pub const SMALL_MAX: usize = small_eigh::MAX_ORDER;
+
+/// Reduces every matrix of `a` (`n × n`) from its `uplo` triangle: the tridiagonal and the
+/// reflectors replace that triangle in `a.output` (the other one untouched), `d` gets the `n`
+/// diagonal entries, `e` the `n - 1` off-diagonal ones, `tau` the reflectors' scales and
+/// `info` LAPACK's `info`.
+pub fn sytrd<T: LapackScalar>(
+    pool: &dyn Pool,
+    a: InOut<T>,
+    uplo: Uplo,
+    d: &mut [Real<T>],
+    e: &mut [Real<T>],
+    tau: &mut [T],
+    info: &mut [i32],
+) -> Result<()> {
+    let (count, order) = (a.input.count(), a.input.rows());
+    // n - 1 off-diagonal entries and reflectors; none (not -1) for n = 0.
+    let off = order.saturating_sub(1);
+    let fits = d.len() == count * order
+        && e.len() == count * off
+        && tau.len() == count * off
+        && info.len() == count;
+    if a.input.cols() != order || !fits {
+        return Err(Error::internal(format!(
+            "sytrd: the results do not fit {count} matrices of {order}×{}",
+            a.input.cols()
+        )));
+    }
+    let n = lapack_int("n", order)?;
+    if count == 0 || order == 0 {
+        // What LAPACK answers for n = 0, without calling it with a zero leading dimension.
+        info.fill(0);
+        return Ok(());
+    }
+    let (d, e, tau, info) = (
+        SharedMut(d.as_mut_ptr()),
+        SharedMut(e.as_mut_ptr()),
+        SharedMut(tau.as_mut_ptr()),
+        SharedMut(info.as_mut_ptr()),
+    );
+    // About 4/3 n^3 flops.
+    let flops = order.saturating_pow(3).saturating_mul(4) / 3;
+    if order <= SMALL_MAX {
+        let lower = uplo.is_lower();
+        return for_each_chunk(pool, count, flops, &|range| {
+            let mut scratch = vec![T::default(); small_eigh::sytd2_scratch_len(order)];
+            let mut staged = Vec::new();
+            for b in range {
+                // SAFETY: matrix `b`, its d, e, taus and info, which this task alone touches.
+                unsafe {
+                    let (d, e, tau) = (
+                        d.slice(b * order, order),
+                        e.slice(b * off, off),
+                        tau.slice(b * off, off),
+                    );
+                    a.packed_column_major(b, &mut staged, |a| {
+                        small_eigh::sytd2(a, order, lower, d, e, tau, &mut scratch)
+                    });
+                    *info.at(b) = 0;
+                }
+            }
+            Ok(())
+        });
+    }
+    let sytrd = routine(T::sytrd())?;
+    let uplo = uplo.letter();
+    // Every matrix has the same order, so one query sizes the workspace of all.
+    // SAFETY: a query only writes `work[0]` and `info`.
+    let lwork = query_lwork::<T>(|work, lwork, query_info| unsafe {
+        sytrd(
+            &uplo,
+            &n,
+            a.output.as_ptr(),
+            &n,
+            d.at(0),
+            e.at(0),
+            tau.at(0),
+            work,
+            lwork,
+            query_info,
+        )
+    })?;
+    for_each_chunk(pool, count, flops, &|range| {
+        let mut work = vec![T::default(); lwork as usize];
+        let mut staged = Vec::new();
+        for b in range {
+            // SAFETY: matrix `b`, its d, e, taus and info, which this task alone touches;
+            // LAPACK touches `lda × n` elements, `n` d, `n - 1` e and taus and `lwork`
+            // elements of `work`.
+            unsafe {
+                a.column_major(b, &mut staged, |a, ld| {
+                    let ld = ld as i32;
+                    sytrd(
+                        &uplo,
+                        &n,
+                        a.as_mut_ptr(),
+                        &ld,
+                        d.at(b * order),
+                        e.at(b * off),
+                        tau.at(b * off),
+                        work.as_mut_ptr(),
+                        &lwork,
+                        info.at(b),
+                    )
+                })
+            };
+        }
+        Ok(())
+    })
+}
