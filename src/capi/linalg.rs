@@ -1,8 +1,10 @@
 //! The stable C ABI for compilers that do not run XLA: one exported function per LAPACK-style
 //! op and scalar type (`ferrax_dgetrf`, `ferrax_zheevd`, ...) that takes a batch count, plain
-//! dimensions, a layout flag and leading dimensions. Each runs the handler XLA runs (through
-//! [`host`](super::host)) on a column-major copy of the caller's matrices, so results follow
-//! LAPACK's conventions exactly (1-based pivots, per-matrix `info`) in either layout.
+//! dimensions, a layout flag and leading dimensions. Each checks its arguments (errors name the
+//! C parameter) and calls the family's core from [`crate::linalg`], the one the XLA handlers
+//! call, on the caller's memory in its layout and leading dimension, on the C ABI's thread pool;
+//! results follow LAPACK's conventions exactly (1-based pivots, per-matrix `info`) in either
+//! layout.
 //!
 //! Every function returns 0 on success and -1 on an invalid argument or failure, with the
 //! message in `ferrax_last_error()`. LAPACK's own `info` (singular matrix, no convergence) is
