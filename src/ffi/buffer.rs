@@ -221,22 +221,6 @@ impl MatrixBatch {
         })
     }
 
-    /// [`MatrixBatch::of`] for operands that must be square.
-    pub fn square(buffer: &Buffer<'_>) -> Result<Self> {
-        let shape = Self::of(buffer)?;
-        if shape.rows != shape.cols {
-            return Err(buffer.mismatch(
-                "square matrices".into(),
-                format!("shape {:?}", buffer.dims()),
-            ));
-        }
-        Ok(shape)
-    }
-
-    pub fn batch_dims<'b>(&self, buffer: &Buffer<'b>) -> &'b [i64] {
-        &buffer.dims()[..buffer.rank() - 2]
-    }
-
     pub fn matrix_len(&self) -> usize {
         self.rows * self.cols
     }
