@@ -21,7 +21,7 @@
 use crate::grid::{
     block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, sync_threads, thread_idx_x,
 };
-use crate::launch::{LaunchConfig, ScalarKind};
+use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig, ScalarKind};
 use core::ops::{Add, Div, Mul, Neg, Sub};
 use num_complex::Complex;
 
@@ -444,6 +444,49 @@ unsafe fn group_argmax<R: Real, const W: usize>(
     (tag >> 8, tag & 0xff)
 }
 
+kernel_args! {
+    /// The arguments of the LU entries (`ferrax_getrf_small_*`, [`getrf_rows`] and
+    /// [`getrf_block`]): the `batch` `m×n` matrices read from `src` and their factors written
+    /// to `a` (the same array to factor in place), column-major, or row-major (jax's layout)
+    /// when `row_major != 0`; `ipiv` gets `batch·min(m, n)` pivots, `info` one per matrix.
+    pub struct GetrfArgs<T> {
+        pub src: *const T,
+        pub a: *mut T,
+        pub ipiv: *mut i32,
+        pub info: *mut i32,
+        pub m: u32,
+        pub n: u32,
+        pub batch: u64,
+        pub row_major: u32,
+    }
+}
+
+kernel_args! {
+    /// The arguments of the Cholesky entries (`ferrax_potrf_small_*`, [`potrf_rows`] and
+    /// [`potrf_block`]): the `batch` column-major `n×n` matrices `a` factored in place, their
+    /// lower triangle (`lower != 0`) or upper; `info` one per matrix.
+    pub struct PotrfArgs<T> {
+        pub a: *mut T,
+        pub info: *mut i32,
+        pub n: u32,
+        pub batch: u64,
+        pub lower: u32,
+    }
+}
+
+kernel_args! {
+    /// The arguments of jax's whole `cholesky` (`ferrax_cholesky_small_*`, [`cholesky_rows`]
+    /// and [`cholesky_block`]): the `batch` row-major `n×n` matrices `a` (symmetrized when
+    /// `symmetrize != 0`), their lower factors written row-major to `l`.
+    pub struct CholeskyArgs<T> {
+        pub a: *const T,
+        pub l: *mut T,
+        pub n: u32,
+        pub batch: u64,
+        pub symmetrize: u32,
+    }
+}
+
 /// Where a thread sits in a launch of `W`-lane groups, one matrix per group.
 pub(crate) struct LaneGroup {
     /// Matrices (groups) per block.
@@ -482,17 +525,18 @@ pub(crate) fn lane_group<const W: usize>(batch: u64) -> Option<LaneGroup> {
 /// `src` and `a` hold `batch·m·n` elements (one array, or two that do not overlap), `ipiv`
 /// `batch·min(m, n)`, `info` `batch`; the launch is [`getrf_launch`]'s (`block_dim` a
 /// multiple of `W`, the shared memory it sizes).
-#[allow(clippy::too_many_arguments)] // one per kernel parameter
-pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
-    src: *const T,
-    a: *mut T,
-    ipiv: *mut i32,
-    info: *mut i32,
-    m: u32,
-    n: u32,
-    batch: u64,
-    row_major: u32,
-) {
+#[inline(always)]
+pub unsafe fn getrf_rows<T: Scalar, const W: usize>(args: GetrfArgs<T>) {
+    let GetrfArgs {
+        src,
+        a,
+        ipiv,
+        info,
+        m,
+        n,
+        batch,
+        row_major,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -603,13 +647,15 @@ pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
 ///
 /// # Safety
 /// `a` holds `batch·n·n` elements, `info` `batch`; the launch is [`potrf_launch`]'s.
-pub unsafe fn potrf_rows<T: Scalar, const W: usize>(
-    a: *mut T,
-    info: *mut i32,
-    n: u32,
-    batch: u64,
-    lower: u32,
-) {
+#[inline(always)]
+pub unsafe fn potrf_rows<T: Scalar, const W: usize>(args: PotrfArgs<T>) {
+    let PotrfArgs {
+        a,
+        info,
+        n,
+        batch,
+        lower,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -726,13 +772,15 @@ unsafe fn potf2_lanes<T: Scalar, const W: usize>(
 ///
 /// # Safety
 /// `a` and `l` hold `batch·n·n` elements each; the launch is [`cholesky_launch`]'s.
-pub unsafe fn cholesky_rows<T: Scalar, const W: usize>(
-    a: *const T,
-    l: *mut T,
-    n: u32,
-    batch: u64,
-    symmetrize: u32,
-) {
+#[inline(always)]
+pub unsafe fn cholesky_rows<T: Scalar, const W: usize>(args: CholeskyArgs<T>) {
+    let CholeskyArgs {
+        a,
+        l,
+        n,
+        batch,
+        symmetrize,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -812,17 +860,18 @@ fn block_layout(m: u32, n: u32, size: usize, real: usize, threads: u32) -> (usiz
 /// # Safety
 /// As [`getrf_rows`], with [`getrf_launch`]'s block launch (`block_dim` a power of two ≥ 32
 /// and ≥ `m`).
-#[allow(clippy::too_many_arguments)] // one per kernel parameter
-pub unsafe fn getrf_block<T: Scalar>(
-    src: *const T,
-    a: *mut T,
-    ipiv: *mut i32,
-    info: *mut i32,
-    m: u32,
-    n: u32,
-    batch: u64,
-    row_major: u32,
-) {
+#[inline(always)]
+pub unsafe fn getrf_block<T: Scalar>(args: GetrfArgs<T>) {
+    let GetrfArgs {
+        src,
+        a,
+        ipiv,
+        info,
+        m,
+        n,
+        batch,
+        row_major,
+    } = args;
     let (t, nb) = (thread_idx_x(), block_dim_x());
     let (mn, ld, kmin) = (m * n, m as usize + 1, m.min(n));
     let shared = dynamic_shared::<T>();
@@ -993,7 +1042,15 @@ unsafe fn potf2_block<T: Scalar>(shared: *mut T, n: u32, lower: bool) -> u32 {
 ///
 /// # Safety
 /// As [`potrf_rows`], with [`potrf_launch`]'s block launch.
-pub unsafe fn potrf_block<T: Scalar>(a: *mut T, info: *mut i32, n: u32, batch: u64, lower: u32) {
+#[inline(always)]
+pub unsafe fn potrf_block<T: Scalar>(args: PotrfArgs<T>) {
+    let PotrfArgs {
+        a,
+        info,
+        n,
+        batch,
+        lower,
+    } = args;
     let nn = n * n;
     let shared = dynamic_shared::<T>();
     let mut b = block_idx_x() as u64;
@@ -1033,13 +1090,15 @@ unsafe fn each_lower<T>(shared: *mut T, n: u32, mut f: impl FnMut(*mut T, u32, u
 ///
 /// # Safety
 /// As [`cholesky_rows`], with [`cholesky_launch`]'s block launch.
-pub unsafe fn cholesky_block<T: Scalar>(
-    a: *const T,
-    l: *mut T,
-    n: u32,
-    batch: u64,
-    symmetrize: u32,
-) {
+#[inline(always)]
+pub unsafe fn cholesky_block<T: Scalar>(args: CholeskyArgs<T>) {
+    let CholeskyArgs {
+        a,
+        l,
+        n,
+        batch,
+        symmetrize,
+    } = args;
     let (nn, ld) = (n * n, n + 1);
     let shared = dynamic_shared::<T>();
     let input = Staging {
@@ -1095,17 +1154,6 @@ impl Variant {
             33..=128 => Variant::Block,
             _ => return None,
         })
-    }
-
-    /// The suffix of the entry point's name.
-    pub const fn suffix(self) -> &'static str {
-        match self {
-            Variant::Rows(4) => "w4",
-            Variant::Rows(8) => "w8",
-            Variant::Rows(16) => "w16",
-            Variant::Rows(32) => "w32",
-            _ => "block",
-        }
     }
 }
 
@@ -1166,82 +1214,50 @@ pub fn plan(
     Some((variant, grid, threads, shared))
 }
 
-const fn kind_name(kind: ScalarKind) -> &'static str {
-    match kind {
-        ScalarKind::F32 => "f32",
-        ScalarKind::F64 => "f64",
-        ScalarKind::C64 => "c64",
-        ScalarKind::C128 => "c128",
-    }
+kernel_entries! {
+    /// The LU entries, `ferrax_getrf_small_<dtype>_<w4|w8|w16|w32|block>`.
+    pub const GETRF: Kernels<(ScalarKind, Variant), GetrfArgs<_>>;
+    names [getrf small] dtype variant;
+    variants = small(getrf_rows, getrf_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 w32 block;
 }
 
-macro_rules! names {
-    ($op:literal) => {
-        [
-            [
-                concat!("ferrax_", $op, "_small_f32_w4"),
-                concat!("ferrax_", $op, "_small_f32_w8"),
-                concat!("ferrax_", $op, "_small_f32_w16"),
-                concat!("ferrax_", $op, "_small_f32_w32"),
-                concat!("ferrax_", $op, "_small_f32_block"),
-            ],
-            [
-                concat!("ferrax_", $op, "_small_f64_w4"),
-                concat!("ferrax_", $op, "_small_f64_w8"),
-                concat!("ferrax_", $op, "_small_f64_w16"),
-                concat!("ferrax_", $op, "_small_f64_w32"),
-                concat!("ferrax_", $op, "_small_f64_block"),
-            ],
-            [
-                concat!("ferrax_", $op, "_small_c64_w4"),
-                concat!("ferrax_", $op, "_small_c64_w8"),
-                concat!("ferrax_", $op, "_small_c64_w16"),
-                concat!("ferrax_", $op, "_small_c64_w32"),
-                concat!("ferrax_", $op, "_small_c64_block"),
-            ],
-            [
-                concat!("ferrax_", $op, "_small_c128_w4"),
-                concat!("ferrax_", $op, "_small_c128_w8"),
-                concat!("ferrax_", $op, "_small_c128_w16"),
-                concat!("ferrax_", $op, "_small_c128_w32"),
-                concat!("ferrax_", $op, "_small_c128_block"),
-            ],
-        ]
-    };
+kernel_entries! {
+    /// The Cholesky entries, `ferrax_potrf_small_<dtype>_<w4|w8|w16|w32|block>`.
+    pub const POTRF: Kernels<(ScalarKind, Variant), PotrfArgs<_>>;
+    names [potrf small] dtype variant;
+    variants = small(potrf_rows, potrf_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 w32 block;
 }
-const GETRF_NAMES: [[&str; 5]; 4] = names!("getrf");
-const POTRF_NAMES: [[&str; 5]; 4] = names!("potrf");
-const CHOLESKY_NAMES: [[&str; 5]; 4] = names!("cholesky");
 
-/// The launch of `plan` (a [`plan`] result: variant, grid, block, shared bytes) of the entry
-/// for `kind` and the variant in `table` (a [`names!`] table).
-fn launch(
-    table: &[[&'static str; 5]; 4],
+kernel_entries! {
+    /// jax's whole `cholesky`, `ferrax_cholesky_small_<dtype>_<w4|w8|w16|w32|block>`.
+    pub const CHOLESKY: Kernels<(ScalarKind, Variant), CholeskyArgs<_>>;
+    names [cholesky small] dtype variant;
+    variants = small(cholesky_rows, cholesky_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 w32 block;
+}
+
+/// The launch of `table`'s entry for `kind` and `plan` (a [`plan`] result: variant, grid,
+/// block, shared bytes), if the table has one.
+pub(crate) fn launch<A>(
+    table: &crate::launch::Kernels<(ScalarKind, Variant), A>,
     kind: ScalarKind,
     (variant, grid, block, shared): (Variant, u32, u32, usize),
-) -> LaunchConfig {
-    let row = kind.index();
-    let col = match variant {
-        Variant::Rows(4) => 0,
-        Variant::Rows(8) => 1,
-        Variant::Rows(16) => 2,
-        Variant::Rows(_) => 3,
-        Variant::Block => 4,
-    };
-    debug_assert!(table[row][col].contains(kind_name(kind)));
-    debug_assert!(table[row][col].ends_with(variant.suffix()));
-    LaunchConfig {
-        kernel: table[row][col],
-        grid,
-        block,
-        shared_bytes: shared as u32,
-    }
+) -> Option<LaunchConfig<A>> {
+    table.launch((kind, variant), grid, block, shared as u32)
 }
 
-/// The launch of `ferrax_getrf_small_<dtype>_<variant>(src: *const T, a: *mut T, ipiv: *mut i32,
-/// info: *mut i32, m: u32, n: u32, batch: u64, row_major: u32)` (every variant takes these
-/// parameters; `src` read and `a` written, column-major, or row-major when `row_major != 0`), or
-/// `None` when `max(m, n) > 128` or the matrix does not fit in `max_shared` bytes of shared
+/// The launch of `ferrax_getrf_small_<dtype>_<variant>` ([`GetrfArgs`]), or `None` when `max(m, n) > 128` or the matrix does not fit in `max_shared` bytes of shared
 /// memory (the device's opt-in limit per block; c128 128×128 never does): use cuSOLVER.
 /// `grid == 0` (batch 0) means there is nothing to launch.
 pub fn getrf_launch(
@@ -1250,27 +1266,19 @@ pub fn getrf_launch(
     n: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<LaunchConfig> {
-    Some(launch(
-        &GETRF_NAMES,
-        kind,
-        plan(kind, m, n, batch, None, max_shared)?,
-    ))
+) -> Option<LaunchConfig<GetrfArgs<AnyElement>>> {
+    launch(&GETRF, kind, plan(kind, m, n, batch, None, max_shared)?)
 }
 
-/// The launch of `ferrax_potrf_small_<dtype>_<variant>(a: *mut T, info: *mut i32, n: u32,
-/// batch: u64, lower: u32)`, or `None` as for [`getrf_launch`].
+/// The launch of `ferrax_potrf_small_<dtype>_<variant>` ([`PotrfArgs`]), or `None` as for
+/// [`getrf_launch`].
 pub fn potrf_launch(
     kind: ScalarKind,
     n: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<LaunchConfig> {
-    Some(launch(
-        &POTRF_NAMES,
-        kind,
-        plan(kind, n, n, batch, None, max_shared)?,
-    ))
+) -> Option<LaunchConfig<PotrfArgs<AnyElement>>> {
+    launch(&POTRF, kind, plan(kind, n, n, batch, None, max_shared)?)
 }
 
 /// The largest order of the fused Cholesky block kernel: its block layout fits every device's
@@ -1278,16 +1286,22 @@ pub fn potrf_launch(
 /// takes a shape depends on the order alone (`ferrax.install()` routes by it).
 pub const FUSED_CHOLESKY_BLOCK_MAX: u32 = 48;
 
-/// The launch of `ferrax_cholesky_small_<dtype>_<w4|w8|w16|w32|block>(a: *const T,
-/// l: *mut T, n: u32, batch: u64, symmetrize: u32)` (row-major, jax's whole `cholesky`): the
-/// lanes kernels up to 32, the block kernel up to [`FUSED_CHOLESKY_BLOCK_MAX`]; `None` past it
+/// The launch of `ferrax_cholesky_small_<dtype>_<w4|w8|w16|w32|block>` ([`CholeskyArgs`];
+/// row-major, jax's whole `cholesky`): the warp kernels up to 32, the block kernel up to [`FUSED_CHOLESKY_BLOCK_MAX`]; `None` past it
 /// (jax's steps and [`potrf_launch`]'s kernels serve those).
-pub fn cholesky_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig> {
+pub fn cholesky_launch(
+    kind: ScalarKind,
+    n: u32,
+    batch: u64,
+) -> Option<LaunchConfig<CholeskyArgs<AnyElement>>> {
     if n > FUSED_CHOLESKY_BLOCK_MAX {
         return None;
     }
-    let plan = plan(kind, n, n, batch, None, MAX_SHARED_BYTES)?;
-    Some(launch(&CHOLESKY_NAMES, kind, plan))
+    launch(
+        &CHOLESKY,
+        kind,
+        plan(kind, n, n, batch, None, MAX_SHARED_BYTES)?,
+    )
 }
 
 pub mod eigh;

@@ -12,4 +12,4 @@ pub mod cublas;
 pub mod cusolver;
 mod runtime;
 
-pub use runtime::{param, Bound, GpuStream, HandlePool, Library, KERNELS_PTX};
+pub use runtime::{Bound, GpuStream, HandlePool, Library, KERNELS_PTX};

@@ -2,7 +2,7 @@
 //! jaxlib's `cu_cholesky_update_ffi` (R row-major, results aliased to the operands), but
 //! batched (`[..., n, n]` with `[..., n]`) and for all four dtypes.
 
-use crate::cuda::{param, GpuStream};
+use crate::cuda::GpuStream;
 use crate::ffi::{Buffer, MatrixBatch, Result, ScratchAllocator, Stream};
 use crate::ffi_handler;
 use crate::ops::gpu_scalar_kind;
@@ -74,16 +74,15 @@ fn cholesky_update_cuda(
     } else {
         std::ptr::null_mut()
     };
-    let (r_ptr, w_ptr) = (r_out.data_ptr(), w_out.data_ptr());
-    let mut params = [
-        param(&r_ptr),
-        param(&w_ptr),
-        param(&n),
-        param(&batch),
-        param(&workspace),
-    ];
+    let args = ferrax_kernels::cholesky_update::CholeskyUpdateArgs {
+        r: r_out.data_ptr().cast(),
+        w: w_out.data_ptr().cast(),
+        n,
+        batch,
+        scratch: workspace.cast(),
+    };
     // SAFETY: batch matrices of n*n and vectors of n elements of `kind`, and the zeroed
-    // scratch the plan asked for, as the entry points declare. The scratch is freed after the
-    // call returns, stream-ordered after the kernel.
-    unsafe { gpu.launch(&config, &mut params) }
+    // scratch the plan asked for. The scratch is freed after the call returns, stream-ordered
+    // after the kernel.
+    unsafe { gpu.launch(&config, args) }
 }

@@ -4,7 +4,6 @@
 
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Solver};
-use crate::cuda::param;
 use crate::ffi::{
     Buffer, DataType, MatrixBatch, NativeType, Result, ScratchAllocator, Stream, ThreadPool,
 };
@@ -18,7 +17,7 @@ use ferrax_cpu_fallback::Lapack;
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::relayout::Strides;
 use ferrax_kernels::small::lanes::{self, LANES};
-use ferrax_kernels::small::{getf2, Scalar};
+use ferrax_kernels::small::{getf2, GetrfArgs, Scalar};
 use std::ffi::CStr;
 
 pub const TARGET: &CStr = c"ferrax_getrf";
@@ -258,21 +257,19 @@ fn getrf_cuda<const ROW_MAJOR: bool>(
         }
         return Ok(());
     };
-    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
-    let row_major = ROW_MAJOR as u32;
-    let mut params = [
-        param(&a_ptr),
-        param(&lu_ptr),
-        param(&ipiv),
-        param(&info),
-        param(&m),
-        param(&n),
-        param(&batch),
-        param(&row_major),
-    ];
+    let args = GetrfArgs {
+        src: a_ptr.cast(),
+        a: lu_ptr.cast(),
+        ipiv: ipiv.cast(),
+        info: info.cast(),
+        m: shape.rows as u32,
+        n: shape.cols as u32,
+        batch: shape.batch as u64,
+        row_major: ROW_MAJOR as u32,
+    };
     // SAFETY: batch m×n matrices in the target's layout read from `a` and written to `lu`
     // (the same buffer where XLA aliased them), min(m, n) pivots and one info each.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 /// Whether cuBLAS's `getrfBatched` (one call for the batch) beats a loop of cuSOLVER's `getrf`:

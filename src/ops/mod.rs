@@ -42,11 +42,11 @@ pub(crate) fn gpu_scalar_kind(buffer: &Buffer<'_>) -> Result<ferrax_kernels::lau
 /// The launch of ferrax's small-matrix GPU kernel for `shape` on `gpu`'s device (`plan` gets
 /// m, n, the batch and the shared memory a block may opt in to), if one takes it; the GPU
 /// handlers give the rest to cuSOLVER or cuBLAS.
-pub(crate) fn small_kernel(
+pub(crate) fn small_kernel<A>(
     gpu: &crate::cuda::GpuStream,
     shape: MatrixBatch,
-    plan: impl FnOnce(u32, u32, u64, usize) -> Option<ferrax_kernels::launch::LaunchConfig>,
-) -> Result<Option<ferrax_kernels::launch::LaunchConfig>> {
+    plan: impl FnOnce(u32, u32, u64, usize) -> Option<ferrax_kernels::launch::LaunchConfig<A>>,
+) -> Result<Option<ferrax_kernels::launch::LaunchConfig<A>>> {
     let (Ok(m), Ok(n)) = (u32::try_from(shape.rows), u32::try_from(shape.cols)) else {
         return Ok(None);
     };

@@ -1,7 +1,7 @@
 //! `lu_pivots_to_permutation`: 0-based LAPACK row swaps `[..., k]` to permutations
 //! `[..., p]` (p read from the result's shape), as jaxlib's `cu_lu_pivots_to_permutation`.
 
-use crate::cuda::{param, GpuStream};
+use crate::cuda::GpuStream;
 use crate::ffi::{Buffer, DataType, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use std::ffi::CStr;
@@ -96,14 +96,13 @@ fn pivots_cuda(stream: Stream, pivots: Buffer<'_>, permutation: Buffer<'_>) -> R
         gpu.multiprocessors()?,
         gpu.max_shared_bytes()?,
     );
-    let (pivots, permutation) = (pivots.data_ptr(), permutation.data_ptr());
-    let mut params = [
-        param(&pivots),
-        param(&permutation),
-        param(&batch),
-        param(&k),
-        param(&size),
-    ];
-    // SAFETY: batch*k pivots and batch*size permutation entries, as the entry declares.
-    unsafe { gpu.launch(&config, &mut params) }
+    let args = ferrax_kernels::pivots::PivotsArgs {
+        pivots: pivots.data_ptr().cast_const().cast(),
+        permutation: permutation.data_ptr().cast(),
+        batch,
+        k,
+        size,
+    };
+    // SAFETY: batch*k pivots and batch*size permutation entries.
+    unsafe { gpu.launch(&config, args) }
 }

@@ -7,7 +7,6 @@
 //! only).
 
 use crate::cuda::cusolver::{Dense, Fill, Solver};
-use crate::cuda::param;
 use crate::ffi::{
     Buffer, DataType, Error, MatrixBatch, NativeType, Result, ScratchAllocator, Stream, ThreadPool,
 };
@@ -19,7 +18,7 @@ use crate::ops::{
 };
 use ferrax_cpu_fallback::{Lapack, Potrf};
 use ferrax_kernels::small::lanes::{self, LANES};
-use ferrax_kernels::small::{potf2, Real, Scalar};
+use ferrax_kernels::small::{potf2, CholeskyArgs, PotrfArgs, Real, Scalar};
 use std::ffi::{c_char, CStr};
 use std::ops::Range;
 
@@ -288,21 +287,15 @@ fn cholesky_cuda(
             shape.cols
         )));
     };
-    let (a, l) = (a.data_ptr(), l.data_ptr());
-    let (n, batch, symmetrize) = (
-        shape.rows as u32,
-        shape.batch as u64,
-        symmetrize_input as u32,
-    );
-    let mut params = [
-        param(&a),
-        param(&l),
-        param(&n),
-        param(&batch),
-        param(&symmetrize),
-    ];
+    let args = CholeskyArgs {
+        a: a.data_ptr().cast_const().cast(),
+        l: l.data_ptr().cast(),
+        n: shape.rows as u32,
+        batch: shape.batch as u64,
+        symmetrize: symmetrize_input as u32,
+    };
     // SAFETY: batch row-major n×n matrices in `a` and in `l`.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 fn potrf_cuda(
@@ -343,16 +336,15 @@ fn potrf_cuda(
             potrf_library(library, shape, dims, fill, factor.cast(), info.cast())
         );
     };
-    let (n, batch) = (shape.rows as u32, shape.batch as u64);
-    let mut params = [
-        param(&factor),
-        param(&info),
-        param(&n),
-        param(&batch),
-        param(&lower),
-    ];
+    let args = PotrfArgs {
+        a: factor.cast(),
+        info: info.cast(),
+        n: shape.rows as u32,
+        batch: shape.batch as u64,
+        lower,
+    };
     // SAFETY: batch column-major n×n matrices and one info each.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 /// Cholesky of the batch (`dims`: n and the batch) in place in `factor`: cuSOLVER's

@@ -13,7 +13,7 @@
 
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Op, Side};
-use crate::cuda::{param, GpuStream};
+use crate::cuda::GpuStream;
 use crate::ffi::{
     Buffer, DataType, Error, MatrixBatch, Result, ScratchAllocator, Stream, ThreadPool,
 };
@@ -26,7 +26,9 @@ use crate::ops::{
 use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::relayout::Strides;
-use ferrax_kernels::small::qr::{self as small_qr, QrScalar};
+use ferrax_kernels::small::qr::{
+    self as small_qr, GeqrfArgs, OrgqrArgs, OrmqrArgs, QrArgs, QrScalar,
+};
 use num_complex::Complex;
 use std::ffi::{c_char, CStr};
 
@@ -867,10 +869,15 @@ fn geqrf_cuda(
             geqrf_library(library, shape, dims, stride, a.cast(), tau.cast())
         );
     };
-    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
-    let mut params = [param(&a), param(&tau), param(&m), param(&n), param(&batch)];
+    let args = GeqrfArgs {
+        a: a.cast(),
+        tau: tau.cast(),
+        m: shape.rows as u32,
+        n: shape.cols as u32,
+        batch: shape.batch as u64,
+    };
     // SAFETY: batch column-major m×n matrices and min(m, n) taus each.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 /// Whether cuBLAS's `geqrfBatched` (one call for the batch) beats a loop of cuSOLVER's
@@ -963,19 +970,17 @@ fn qr_cuda(
         let pointers = [a_ptr, q_ptr, r_ptr].map(|p| p.cast::<std::ffi::c_void>());
         return dispatch_lapack!(a, qr_library(library, shape, dims, kind, pointers));
     };
-    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
-    let full = full_matrices as u32;
-    let mut params = [
-        param(&a_ptr),
-        param(&q_ptr),
-        param(&r_ptr),
-        param(&m),
-        param(&n),
-        param(&batch),
-        param(&full),
-    ];
+    let args = QrArgs {
+        a: a_ptr.cast_const().cast(),
+        q: q_ptr.cast(),
+        r: r_ptr.cast(),
+        m: shape.rows as u32,
+        n: shape.cols as u32,
+        batch: shape.batch as u64,
+        full_matrices: full_matrices as u32,
+    };
     // SAFETY: batch row-major m×n matrices in, their m×mq Q and mq×n R out.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 /// jax's `qr` through the libraries (`dims`: m, n, Q's columns mq and the batch): A copied
@@ -1095,22 +1100,16 @@ fn orgqr_cuda(
             )
         );
     };
-    let (m, n, k, batch) = (
-        shape.rows as u32,
-        shape.cols as u32,
-        k as u32,
-        shape.batch as u64,
-    );
-    let mut params = [
-        param(&a),
-        param(&tau),
-        param(&m),
-        param(&n),
-        param(&k),
-        param(&batch),
-    ];
+    let args = OrgqrArgs {
+        a: a.cast(),
+        tau: tau.cast_const().cast(),
+        m: shape.rows as u32,
+        n: shape.cols as u32,
+        k: k as u32,
+        batch: shape.batch as u64,
+    };
     // SAFETY: batch column-major m×n reflector matrices and k taus each.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 /// Q's first n columns from k reflectors per matrix (`dims`: m, n, k; the matrices `stride`
@@ -1189,24 +1188,21 @@ fn ormqr_cuda(
         small_qr::ormqr_launch(kind, q, k, vectors, batch, max_shared)
     })?;
     if let (Some(config), Ok(a_cols)) = (kernel, u32::try_from(shapes.reflectors.cols)) {
-        let (q, vectors, batch) = (q_order as u32, vectors as u32, shape.batch as u64);
-        let (left, transpose) = (left as u32, transpose as u32);
-        let (a, tau, c) = (a.data_ptr(), tau.data_ptr(), c_out.data_ptr());
-        let mut params = [
-            param(&a),
-            param(&tau),
-            param(&c),
-            param(&q),
-            param(&a_cols),
-            param(&k),
-            param(&vectors),
-            param(&batch),
-            param(&left),
-            param(&transpose),
-        ];
+        let args = OrmqrArgs {
+            a: a.data_ptr().cast_const().cast(),
+            tau: tau.data_ptr().cast_const().cast(),
+            c: c_out.data_ptr().cast(),
+            q: q_order as u32,
+            a_cols,
+            k,
+            vectors: vectors as u32,
+            batch: shape.batch as u64,
+            left: left as u32,
+            transpose: transpose as u32,
+        };
         // SAFETY: batch reflector matrices of q×a_cols with k taus each, and batch matrices
         // of c with q×vectors elements, as ormqr_shapes checked.
-        return unsafe { gpu.launch(&config, &mut params) };
+        return unsafe { gpu.launch(&config, args) };
     }
     let library = GpuLibrary {
         gpu: &gpu,

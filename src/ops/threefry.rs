@@ -1,7 +1,7 @@
 //! `threefry2x32`: the contract of jaxlib's `cu_threefry2x32_ffi` (four u32 arrays of one
 //! shape in, two out), bit-exact with `jax.random`'s threefry.
 
-use crate::cuda::{param, GpuStream};
+use crate::cuda::GpuStream;
 use crate::ffi::{Buffer, DataType, Error, Result, Stream, ThreadPool};
 use crate::ffi_handler;
 use std::ffi::CStr;
@@ -137,11 +137,17 @@ fn threefry_cuda(
     }
     let gpu = GpuStream::adopt(stream)?;
     let config = ferrax_kernels::threefry::launch_config(n, gpu.multiprocessors()?);
-    let pointers = [&key0, &key1, &x0, &x1, &out0, &out1].map(|b| b.data_ptr());
-    let mut params: Vec<_> = pointers.iter().map(param).collect();
-    params.push(param(&n));
-    // SAFETY: six device buffers of n uint32 each and n, as the entry point declares.
-    unsafe { gpu.launch(&config, &mut params) }
+    let args = ferrax_kernels::threefry::ThreefryArgs {
+        key0: key0.data_ptr().cast_const().cast(),
+        key1: key1.data_ptr().cast_const().cast(),
+        x0: x0.data_ptr().cast_const().cast(),
+        x1: x1.data_ptr().cast_const().cast(),
+        out0: out0.data_ptr().cast(),
+        out1: out1.data_ptr().cast(),
+        n,
+    };
+    // SAFETY: six device buffers of n uint32 each.
+    unsafe { gpu.launch(&config, args) }
 }
 
 ffi_handler! {
@@ -192,9 +198,12 @@ fn bits_cuda(stream: Stream, keys: Buffer<'_>, bits: Buffer<'_>) -> Result<()> {
     let per_key = total / key_count;
     let gpu = GpuStream::adopt(stream)?;
     let config = ferrax_kernels::threefry::bits_launch_config(width, total, gpu.multiprocessors()?);
-    let (keys, out) = (keys.data_ptr(), bits.data_ptr());
-    let mut params = [param(&keys), param(&per_key), param(&total), param(&out)];
-    // SAFETY: key_count key pairs and `total` outputs of the declared width, as the entry
-    // point declares.
-    unsafe { gpu.launch(&config, &mut params) }
+    let args = ferrax_kernels::threefry::BitsArgs {
+        keys: keys.data_ptr().cast_const().cast(),
+        per_key,
+        total,
+        out: bits.data_ptr().cast(),
+    };
+    // SAFETY: key_count key pairs and `total` outputs of the declared width.
+    unsafe { gpu.launch(&config, args) }
 }

@@ -18,7 +18,7 @@ use super::{
     Staging, Variant, MAX_SHARED_BYTES,
 };
 use crate::grid::{block_dim_x, block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
-use crate::launch::{LaunchConfig, ScalarKind};
+use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig, ScalarKind};
 use core::ops::Neg;
 use num_complex::Complex;
 
@@ -597,17 +597,79 @@ fn identity_column<T: Scalar, const W: usize>(col: &mut [T; W], lane: u32, m: u3
     });
 }
 
+kernel_args! {
+    /// The arguments of the geqrf entries ([`geqrf_rows`], [`geqrf_block`]): the `batch`
+    /// column-major `m×n` matrices `a` factored in place, `min(m, n)` taus each into `tau`.
+    pub struct GeqrfArgs<T> {
+        pub a: *mut T,
+        pub tau: *mut T,
+        pub m: u32,
+        pub n: u32,
+        pub batch: u64,
+    }
+}
+
+kernel_args! {
+    /// The arguments of the orgqr/ungqr entries ([`orgqr_rows`], [`orgqr_block`]): the first
+    /// `n` columns of Q in place of the `batch` column-major `m×n` matrices `a` holding `k`
+    /// reflectors, with their `k` taus each in `tau`.
+    pub struct OrgqrArgs<T> {
+        pub a: *mut T,
+        pub tau: *const T,
+        pub m: u32,
+        pub n: u32,
+        pub k: u32,
+        pub batch: u64,
+    }
+}
+
+kernel_args! {
+    /// The arguments of the ormqr/unmqr entries ([`ormqr_block`]): `c`'s `batch` matrices of
+    /// `vectors` vectors of `q` elements multiplied by Q (`transpose != 0`: Qᴴ) from the left
+    /// (`left != 0`, C `q×vectors`) or the right (C `vectors×q`), Q of order `q` from the `k`
+    /// reflectors in the first columns of `a`'s `q×a_cols` matrices and their taus in `tau`.
+    pub struct OrmqrArgs<T> {
+        pub a: *const T,
+        pub tau: *const T,
+        pub c: *mut T,
+        pub q: u32,
+        pub a_cols: u32,
+        pub k: u32,
+        pub vectors: u32,
+        pub batch: u64,
+        pub left: u32,
+        pub transpose: u32,
+    }
+}
+
+kernel_args! {
+    /// The arguments of jax's whole `qr` ([`qr_rows`], [`qr_block`]): the `batch` row-major
+    /// `m×n` matrices `a`, Q (`m×mq`) written to `q` and R (`mq×n`) to `r`, row-major, with
+    /// `mq = m` when `full_matrices != 0`, else `min(m, n)`.
+    pub struct QrArgs<T> {
+        pub a: *const T,
+        pub q: *mut T,
+        pub r: *mut T,
+        pub m: u32,
+        pub n: u32,
+        pub batch: u64,
+        pub full_matrices: u32,
+    }
+}
+
 /// `xGEQR2` of the `m×n` matrices (`max(m, n) ≤ W`), `W` lanes per matrix, lane = column.
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·min(m, n)`; the launch is [`geqrf_launch`]'s.
-pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(
-    a: *mut T,
-    tau: *mut T,
-    m: u32,
-    n: u32,
-    batch: u64,
-) {
+#[inline(always)]
+pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(args: GeqrfArgs<T>) {
+    let GeqrfArgs {
+        a,
+        tau,
+        m,
+        n,
+        batch,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -651,14 +713,16 @@ pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·k`; the launch is [`orgqr_launch`]'s.
-pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
-    a: *mut T,
-    tau: *const T,
-    m: u32,
-    n: u32,
-    k: u32,
-    batch: u64,
-) {
+#[inline(always)]
+pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(args: OrgqrArgs<T>) {
+    let OrgqrArgs {
+        a,
+        tau,
+        m,
+        n,
+        k,
+        batch,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -712,15 +776,17 @@ pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
 /// # Safety
 /// `a` holds `batch·m·n` elements, `q` `batch·m·mq`, `r` `batch·mq·n`; the launch is
 /// [`qr_launch`]'s.
-pub unsafe fn qr_rows<T: QrScalar, const W: usize>(
-    a: *const T,
-    q: *mut T,
-    r: *mut T,
-    m: u32,
-    n: u32,
-    batch: u64,
-    full_matrices: u32,
-) {
+#[inline(always)]
+pub unsafe fn qr_rows<T: QrScalar, const W: usize>(args: QrArgs<T>) {
+    let QrArgs {
+        a,
+        q,
+        r,
+        m,
+        n,
+        batch,
+        full_matrices,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -876,7 +942,15 @@ unsafe fn org2r_block<T: QrScalar>(
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·min(m, n)`; the launch is [`geqrf_launch`]'s.
-pub unsafe fn geqrf_block<T: QrScalar>(a: *mut T, tau: *mut T, m: u32, n: u32, batch: u64) {
+#[inline(always)]
+pub unsafe fn geqrf_block<T: QrScalar>(args: GeqrfArgs<T>) {
+    let GeqrfArgs {
+        a,
+        tau,
+        m,
+        n,
+        batch,
+    } = args;
     let (t, nb) = (thread_idx_x(), block_dim_x());
     let (mn, ld, kmin) = (m * n, ld(m), m.min(n));
     let shared = dynamic_shared::<T>();
@@ -906,14 +980,16 @@ pub unsafe fn geqrf_block<T: QrScalar>(a: *mut T, tau: *mut T, m: u32, n: u32, b
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·k`; the launch is [`orgqr_launch`]'s.
-pub unsafe fn orgqr_block<T: QrScalar>(
-    a: *mut T,
-    tau: *const T,
-    m: u32,
-    n: u32,
-    k: u32,
-    batch: u64,
-) {
+#[inline(always)]
+pub unsafe fn orgqr_block<T: QrScalar>(args: OrgqrArgs<T>) {
+    let OrgqrArgs {
+        a,
+        tau,
+        m,
+        n,
+        k,
+        batch,
+    } = args;
     let (mn, ld) = (m * n, ld(m));
     let shared = dynamic_shared::<T>();
     let mut b = block_idx_x() as u64;
@@ -965,19 +1041,20 @@ const fn ormqr_group(q: u32, k: u32, vectors: u32, size: usize) -> u32 {
 /// # Safety
 /// `a` holds `batch·q·a_cols` elements (`k ≤ min(q, a_cols)`), `tau` `batch·k`, `c`
 /// `batch·q·vectors`; the launch is [`ormqr_launch`]'s.
-#[allow(clippy::too_many_arguments)] // one per operand and dimension, as the entry point's
-pub unsafe fn ormqr_block<T: QrScalar>(
-    a: *const T,
-    tau: *const T,
-    c: *mut T,
-    q: u32,
-    a_cols: u32,
-    k: u32,
-    vectors: u32,
-    batch: u64,
-    left: u32,
-    transpose: u32,
-) {
+#[inline(always)]
+pub unsafe fn ormqr_block<T: QrScalar>(args: OrmqrArgs<T>) {
+    let OrmqrArgs {
+        a,
+        tau,
+        c,
+        q,
+        a_cols,
+        k,
+        vectors,
+        batch,
+        left,
+        transpose,
+    } = args;
     let (t, nb) = (thread_idx_x(), block_dim_x());
     let (left, transpose) = (left != 0, transpose != 0);
     let (group, ldq) = (ormqr_group(q, k, vectors, core::mem::size_of::<T>()), ld(q));
@@ -1033,15 +1110,17 @@ pub unsafe fn ormqr_block<T: QrScalar>(
 ///
 /// # Safety
 /// As [`qr_rows`], with [`qr_launch`]'s block launch.
-pub unsafe fn qr_block<T: QrScalar>(
-    a: *const T,
-    q: *mut T,
-    r: *mut T,
-    m: u32,
-    n: u32,
-    batch: u64,
-    full_matrices: u32,
-) {
+#[inline(always)]
+pub unsafe fn qr_block<T: QrScalar>(args: QrArgs<T>) {
+    let QrArgs {
+        a,
+        q,
+        r,
+        m,
+        n,
+        batch,
+        full_matrices,
+    } = args;
     let (kmin, ld) = (m.min(n), ld(m));
     let mq = qr_q_columns(m, n, full_matrices != 0);
     let shared = dynamic_shared::<T>();
@@ -1130,42 +1209,74 @@ pub fn plan(
     Some((variant, grid, threads, shared))
 }
 
-const GEQRF_NAMES: [[&str; 5]; 4] = names!("geqrf");
-const ORGQR_NAMES: [[&str; 5]; 4] = names!("orgqr");
-const QR_NAMES: [[&str; 5]; 4] = names!("qr");
-
-/// Whether a geqrf entry exists for the size: none for c128 above 16 (at `W = 32` the kernel
-/// needs more than 255 registers).
-fn geqrf_has_kernel(kind: ScalarKind, m: u32, n: u32) -> bool {
-    kind != ScalarKind::C128 || m.max(n) <= 16
+kernel_entries! {
+    /// The geqrf entries, `ferrax_geqrf_small_<dtype>_<w4|w8|w16|w32|block>`: no c128 at
+    /// `W = 32`, where its 32 columns of 16 bytes plus xLARFG's temporaries exceed 255
+    /// registers (ptxas spills); [`geqrf_launch`] gives those sizes to the block kernel.
+    pub const GEQRF: Kernels<(ScalarKind, Variant), GeqrfArgs<_>>;
+    names [geqrf small] dtype variant;
+    variants = small(geqrf_rows, geqrf_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 block;
 }
 
-/// The launch of `ferrax_geqrf_small_<dtype>_<w4|w8|w16|w32|block>(a: *mut T, tau: *mut T,
-/// m: u32, n: u32, batch: u64)`: the lanes kernels up to 32 (16 for c128), the block kernel
-/// up to [`BLOCK_MAX_ORDER`] within `max_shared` bytes of shared memory per block; `None`
-/// past those (use cuSOLVER). `grid == 0` (batch 0) means there is nothing to launch.
+kernel_entries! {
+    /// The orgqr/ungqr entries, `ferrax_orgqr_small_<dtype>_<w4|w8|w16|w32|block>` (every
+    /// size: unlike geqrf, complex128 fits at `W = 32`).
+    pub const ORGQR: Kernels<(ScalarKind, Variant), OrgqrArgs<_>>;
+    names [orgqr small] dtype variant;
+    variants = small(orgqr_rows, orgqr_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 w32 block;
+}
+
+kernel_entries! {
+    /// The ormqr/unmqr entries, `ferrax_ormqr_small_<dtype>_block`.
+    pub const ORMQR: Kernels<(ScalarKind, Variant), OrmqrArgs<_>>;
+    names [ormqr small] dtype variant;
+    variants {
+        block => (Variant::Block, ormqr_block),
+    }
+    f32: block;
+    f64: block;
+    c64: block;
+    c128: block;
+}
+
+kernel_entries! {
+    /// jax's whole `qr`, `ferrax_qr_small_<dtype>_<w4|w8|w16|w32|block>`: no c128 at `W = 32`
+    /// (as [`GEQRF`]).
+    pub const QR: Kernels<(ScalarKind, Variant), QrArgs<_>>;
+    names [qr small] dtype variant;
+    variants = small(qr_rows, qr_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 block;
+}
+
+/// The launch of `ferrax_geqrf_small_<dtype>_<w4|w8|w16|w32|block>` ([`GeqrfArgs`]): the warp
+/// kernels up to 32 (16 for c128, see [`GEQRF`]), the block kernel up to [`BLOCK_MAX_ORDER`]
+/// within `max_shared` bytes of shared memory per block; `None` past those (use cuSOLVER).
+/// `grid == 0` (batch 0) means there is nothing to launch.
 pub fn geqrf_launch(
     kind: ScalarKind,
     m: u32,
     n: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<LaunchConfig> {
-    if geqrf_has_kernel(kind, m, n) {
-        if let Some(lanes) = plan(kind, m, n, batch, None) {
-            return Some(launch(&GEQRF_NAMES, kind, lanes));
-        }
-    }
-    Some(launch(
-        &GEQRF_NAMES,
-        kind,
-        block_plan(kind, m, n, batch, max_shared)?,
-    ))
+) -> Option<LaunchConfig<GeqrfArgs<AnyElement>>> {
+    plan(kind, m, n, batch, None)
+        .and_then(|warps| launch(&GEQRF, kind, warps))
+        .or_else(|| launch(&GEQRF, kind, block_plan(kind, m, n, batch, max_shared)?))
 }
 
-/// The launch of `ferrax_orgqr_small_<dtype>_<w4|w8|w16|w32|block>(a: *mut T, tau: *const T,
-/// m: u32, n: u32, k: u32, batch: u64)` (complex: `ungqr`), sized as [`geqrf_launch`], or
-/// `None` when the arguments break `k ≤ n ≤ m`.
+/// The launch of `ferrax_orgqr_small_<dtype>_<w4|w8|w16|w32|block>` ([`OrgqrArgs`]; complex:
+/// `ungqr`), sized as [`geqrf_launch`], or `None` when the arguments break `k ≤ n ≤ m`.
 pub fn orgqr_launch(
     kind: ScalarKind,
     m: u32,
@@ -1173,33 +1284,20 @@ pub fn orgqr_launch(
     k: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<LaunchConfig> {
+) -> Option<LaunchConfig<OrgqrArgs<AnyElement>>> {
     if k > n || n > m {
         return None;
     }
-    if let Some(lanes) = plan(kind, m, n, batch, None) {
-        return Some(launch(&ORGQR_NAMES, kind, lanes));
-    }
-    Some(launch(
-        &ORGQR_NAMES,
-        kind,
-        block_plan(kind, m, n, batch, max_shared)?,
-    ))
+    plan(kind, m, n, batch, None)
+        .and_then(|warps| launch(&ORGQR, kind, warps))
+        .or_else(|| launch(&ORGQR, kind, block_plan(kind, m, n, batch, max_shared)?))
 }
 
-const ORMQR_NAMES: [&str; 4] = [
-    "ferrax_ormqr_small_f32_block",
-    "ferrax_ormqr_small_f64_block",
-    "ferrax_ormqr_small_c64_block",
-    "ferrax_ormqr_small_c128_block",
-];
-
-/// The launch of `ferrax_ormqr_small_<dtype>_block(a: *const T, tau: *const T, c: *mut T,
-/// q: u32, a_cols: u32, k: u32, vectors: u32, batch: u64, left: u32, transpose: u32)`
-/// ([`ormqr_block`]) for Q of order `q ≤` [`BLOCK_MAX_ORDER`] from `k` reflectors acting on
-/// `vectors ≤ 128` vectors of C per matrix (its columns from the left, its rows from the
-/// right), as many matrices per block as fit 128 threads and `max_shared` bytes; `None` past
-/// those (use cuSOLVER) or for `k > q`. `grid == 0` (batch 0) means nothing to launch.
+/// The launch of `ferrax_ormqr_small_<dtype>_block` ([`OrmqrArgs`], [`ormqr_block`]) for Q of
+/// order `q ≤` [`BLOCK_MAX_ORDER`] from `k` reflectors acting on `vectors ≤ 128` vectors of C
+/// per matrix (its columns from the left, its rows from the right), as many matrices per block
+/// as fit 128 threads and `max_shared` bytes; `None` past those (use cuSOLVER) or for `k > q`.
+/// `grid == 0` (batch 0) means nothing to launch.
 pub fn ormqr_launch(
     kind: ScalarKind,
     q: u32,
@@ -1207,7 +1305,7 @@ pub fn ormqr_launch(
     vectors: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<LaunchConfig> {
+) -> Option<LaunchConfig<OrmqrArgs<AnyElement>>> {
     if q > BLOCK_MAX_ORDER || vectors > BLOCK_MAX_ORDER || k > q {
         return None;
     }
@@ -1216,12 +1314,12 @@ pub fn ormqr_launch(
     if shared > max_shared {
         return None;
     }
-    Some(LaunchConfig {
-        kernel: ORMQR_NAMES[kind.index()],
-        grid: batch.div_ceil(group as u64).min(1 << 20) as u32,
-        block: (group * vectors.max(1)).div_ceil(32) * 32,
-        shared_bytes: shared as u32,
-    })
+    ORMQR.launch(
+        (kind, Variant::Block),
+        batch.div_ceil(group as u64).min(1 << 20) as u32,
+        (group * vectors.max(1)).div_ceil(32) * 32,
+        shared as u32,
+    )
 }
 
 /// Columns of Q for jax's `qr` of `m×n` matrices: `m` with `full_matrices`, else `min(m, n)`.
@@ -1233,10 +1331,9 @@ pub const fn qr_q_columns(m: u32, n: u32, full_matrices: bool) -> u32 {
     }
 }
 
-/// The launch of `ferrax_qr_small_<dtype>_<w4|w8|w16|w32|block>(a: *const T, q: *mut T,
-/// r: *mut T, m: u32, n: u32, batch: u64, full_matrices: u32)` (row-major matrices, jax's
-/// `qr`), sized as [`geqrf_launch`] for matrices as wide as A and Q together; `None` past the
-/// kernels.
+/// The launch of `ferrax_qr_small_<dtype>_<w4|w8|w16|w32|block>` ([`QrArgs`]; row-major
+/// matrices, jax's `qr`), sized as [`geqrf_launch`] for matrices as wide as A and Q together;
+/// `None` past the kernels.
 pub fn qr_launch(
     kind: ScalarKind,
     m: u32,
@@ -1244,19 +1341,12 @@ pub fn qr_launch(
     batch: u64,
     full_matrices: bool,
     max_shared: usize,
-) -> Option<LaunchConfig> {
+) -> Option<LaunchConfig<QrArgs<AnyElement>>> {
     // The staged columns: A's, then Q's in the same place.
     let cols = n.max(qr_q_columns(m, n, full_matrices));
-    if geqrf_has_kernel(kind, m, n) {
-        if let Some(lanes) = plan(kind, m, cols, batch, None) {
-            return Some(launch(&QR_NAMES, kind, lanes));
-        }
-    }
-    Some(launch(
-        &QR_NAMES,
-        kind,
-        block_plan(kind, m, cols, batch, max_shared)?,
-    ))
+    plan(kind, m, cols, batch, None)
+        .and_then(|warps| launch(&QR, kind, warps))
+        .or_else(|| launch(&QR, kind, block_plan(kind, m, cols, batch, max_shared)?))
 }
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]
