@@ -38,8 +38,7 @@
 
 use crate::grid;
 use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig, ScalarKind};
-use core::ops::{Add, Div, Mul, Neg, Sub};
-use num_complex::Complex;
+use crate::scalar::{Real, Scalar, WarpExchange};
 
 /// Columns per panel: one per lane of a warp.
 pub const WARP: usize = 32;
@@ -49,186 +48,12 @@ const SLOT_BYTES: usize = 16;
 /// Default dynamic shared memory limit without an opt-in attribute.
 const SHARED_LIMIT: usize = 48 << 10;
 
-/// f32 and f64, with the few operations the kernel needs on both targets.
-pub trait Real:
-    Copy
-    + PartialOrd
-    + Add<Output = Self>
-    + Sub<Output = Self>
-    + Mul<Output = Self>
-    + Div<Output = Self>
-    + Neg<Output = Self>
-    + Words
-{
-    const ZERO: Self;
-    const ONE: Self;
-    fn sqrt(self) -> Self;
-    /// `self * b + c`, rounded once.
-    fn fma(self, b: Self, c: Self) -> Self;
-    fn abs(self) -> Self;
-}
-
-macro_rules! real {
-    ($t:ident, $sqrt:ident, $fma:ident) => {
-        impl Real for $t {
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            #[inline(always)]
-            fn sqrt(self) -> Self {
-                #[cfg(target_arch = "nvptx64")]
-                return core::$t::math::sqrt(self);
-                #[cfg(not(target_arch = "nvptx64"))]
-                return libm::$sqrt(self);
-            }
-            #[inline(always)]
-            fn fma(self, b: Self, c: Self) -> Self {
-                #[cfg(target_arch = "nvptx64")]
-                return core::$t::math::mul_add(self, b, c);
-                #[cfg(not(target_arch = "nvptx64"))]
-                return libm::$fma(self, b, c);
-            }
-            #[inline(always)]
-            fn abs(self) -> Self {
-                $t::abs(self)
-            }
-        }
-    };
-}
-real!(f32, sqrtf, fmaf);
-real!(f64, sqrt, fma);
-
-/// Values moved between lanes 32 bits at a time (warp shuffles).
-pub trait Words: Copy {
-    fn map_words(self, f: impl FnMut(u32) -> u32) -> Self;
-}
-
-impl Words for u64 {
-    #[inline(always)]
-    fn map_words(self, mut f: impl FnMut(u32) -> u32) -> Self {
-        let lo = f(self as u32) as u64;
-        lo | (f((self >> 32) as u32) as u64) << 32
-    }
-}
-impl Words for f32 {
-    #[inline(always)]
-    fn map_words(self, mut f: impl FnMut(u32) -> u32) -> Self {
-        f32::from_bits(f(self.to_bits()))
-    }
-}
-impl Words for f64 {
-    #[inline(always)]
-    fn map_words(self, f: impl FnMut(u32) -> u32) -> Self {
-        f64::from_bits(self.to_bits().map_words(f))
-    }
-}
-impl<R: Words> Words for Complex<R> {
-    #[inline(always)]
-    fn map_words(self, mut f: impl FnMut(u32) -> u32) -> Self {
-        let re = self.re.map_words(&mut f);
-        Complex::new(re, self.im.map_words(f))
-    }
-}
-
-/// The element types: f32, f64, `Complex<f32>`, `Complex<f64>`.
-pub trait Elem: Words {
-    type Real: Real;
-    const ZERO: Self;
-    fn from_real(r: Self::Real) -> Self;
-    fn re(self) -> Self::Real;
-    fn norm_sqr(self) -> Self::Real;
-    fn scale(self, r: Self::Real) -> Self;
-    /// `self - conj(c) * p`: one step of the residual `s`.
-    fn sub_conj_mul(self, c: Self, p: Self) -> Self;
-    /// `alpha * c + beta * conj(s)`: an updated entry of `R`.
-    fn rotate(c: Self, alpha: Self::Real, beta: Self, s: Self) -> Self;
-}
-
-macro_rules! elem_real {
-    ($t:ident) => {
-        impl Elem for $t {
-            type Real = $t;
-            const ZERO: Self = 0.0;
-            #[inline(always)]
-            fn from_real(r: $t) -> Self {
-                r
-            }
-            #[inline(always)]
-            fn re(self) -> $t {
-                self
-            }
-            #[inline(always)]
-            fn norm_sqr(self) -> $t {
-                self * self
-            }
-            #[inline(always)]
-            fn scale(self, r: $t) -> Self {
-                self * r
-            }
-            #[inline(always)]
-            fn sub_conj_mul(self, c: Self, p: Self) -> Self {
-                (-c).fma(p, self)
-            }
-            #[inline(always)]
-            fn rotate(c: Self, alpha: $t, beta: Self, s: Self) -> Self {
-                beta.fma(s, alpha * c)
-            }
-        }
-    };
-}
-elem_real!(f32);
-elem_real!(f64);
-
-macro_rules! elem_complex {
-    ($t:ident) => {
-        impl Elem for Complex<$t> {
-            type Real = $t;
-            const ZERO: Self = Complex::new(0.0, 0.0);
-            #[inline(always)]
-            fn from_real(r: $t) -> Self {
-                Complex::new(r, 0.0)
-            }
-            #[inline(always)]
-            fn re(self) -> $t {
-                self.re
-            }
-            #[inline(always)]
-            fn norm_sqr(self) -> $t {
-                self.im.fma(self.im, self.re * self.re)
-            }
-            #[inline(always)]
-            fn scale(self, r: $t) -> Self {
-                Complex::new(self.re * r, self.im * r)
-            }
-            #[inline(always)]
-            fn sub_conj_mul(self, c: Self, p: Self) -> Self {
-                // conj(c) p = (c.re p.re + c.im p.im) + i (c.re p.im - c.im p.re)
-                Complex::new(
-                    (-c.im).fma(p.im, (-c.re).fma(p.re, self.re)),
-                    c.im.fma(p.re, (-c.re).fma(p.im, self.im)),
-                )
-            }
-            #[inline(always)]
-            fn rotate(c: Self, alpha: $t, beta: Self, s: Self) -> Self {
-                // beta conj(s) = (b.re s.re + b.im s.im) + i (b.im s.re - b.re s.im)
-                Complex::new(
-                    beta.im.fma(s.im, beta.re.fma(s.re, alpha * c.re)),
-                    (-beta.re).fma(s.im, beta.im.fma(s.re, alpha * c.im)),
-                )
-            }
-        }
-    };
-}
-elem_complex!(f32);
-elem_complex!(f64);
-
 /// Warp-level primitives: shuffles and `bar.warp.sync` on the GPU; on the host, where a test
 /// block is exactly one warp, a shared-memory slot and the block barrier.
 mod warp {
-    use super::Words;
-
     #[cfg(target_arch = "nvptx64")]
     mod imp {
-        use super::Words;
+        use crate::scalar::WarpExchange;
         use core::arch::asm;
 
         #[inline(always)]
@@ -253,7 +78,7 @@ mod warp {
             out
         }
         #[inline(always)]
-        pub unsafe fn broadcast<T: Words>(v: T, src: u32, _slot: *mut u8) -> T {
+        pub unsafe fn broadcast<T: WarpExchange>(v: T, src: u32, _slot: *mut u8) -> T {
             v.map_words(|x| shfl(x, src))
         }
         /// Makes this lane's earlier writes visible GPU-wide before a later flag store.
@@ -298,8 +123,8 @@ mod warp {
 
     #[cfg(not(target_arch = "nvptx64"))]
     mod imp {
-        use super::Words;
         use crate::grid;
+        use crate::scalar::WarpExchange;
         use core::sync::atomic::{fence as atomic_fence, AtomicU32, Ordering};
 
         pub fn lane() -> u32 {
@@ -313,7 +138,7 @@ mod warp {
         pub fn sync() {
             grid::sync_threads()
         }
-        pub unsafe fn broadcast<T: Words>(v: T, src: u32, slot: *mut u8) -> T {
+        pub unsafe fn broadcast<T: WarpExchange>(v: T, src: u32, slot: *mut u8) -> T {
             if lane() == src {
                 slot.cast::<T>().write(v);
             }
@@ -362,7 +187,7 @@ const CHUNK: usize = 8;
 /// Rows `8c..8c+8` of the block column at `base` (row stride `n`); rows past `last`, or all
 /// when `!active`, read as zero.
 #[inline(always)]
-unsafe fn load_chunk<T: Elem>(
+unsafe fn load_chunk<T: Scalar>(
     base: *const T,
     n: usize,
     c: usize,
@@ -384,7 +209,7 @@ unsafe fn load_chunk<T: Elem>(
 /// this lane's column: each entry is rotated with the residual `s`, which then drops the row.
 #[allow(clippy::too_many_arguments)] // all scalars of one inlined step
 #[inline(always)]
-unsafe fn apply_chunk<T: Elem>(
+unsafe fn apply_chunk<T: Scalar>(
     hoist: bool,
     x: &[T; CHUNK],
     base: *mut T,
@@ -413,8 +238,8 @@ unsafe fn apply_chunk<T: Elem>(
             let row = c * CHUNK + m;
             if row < end {
                 let (p, alpha, beta) = k[m];
-                *base.add(row * n) = T::rotate(x[m], alpha, beta, *s);
-                *s = s.sub_conj_mul(x[m], p);
+                *base.add(row * n) = T::fused_rotate(x[m], alpha, beta, *s);
+                *s = s.fused_sub_conj_mul(x[m], p);
             }
         });
     } else {
@@ -422,8 +247,8 @@ unsafe fn apply_chunk<T: Elem>(
             let row = c * CHUNK + m;
             if row < end {
                 let (p, alpha, beta) = load(row);
-                *base.add(row * n) = T::rotate(x[m], alpha, beta, *s);
-                *s = s.sub_conj_mul(x[m], p);
+                *base.add(row * n) = T::fused_rotate(x[m], alpha, beta, *s);
+                *s = s.fused_sub_conj_mul(x[m], p);
             }
         });
     }
@@ -432,7 +257,7 @@ unsafe fn apply_chunk<T: Elem>(
 /// Applies rows `0..end` of a 32-row block (coefficients at `coef`) to this lane's column,
 /// streaming chunks; `first` is chunk 0, already loaded.
 #[inline(always)]
-unsafe fn apply_block<T: Elem>(
+unsafe fn apply_block<T: Scalar>(
     hoist: bool,
     first: [T; CHUNK],
     base: *mut T,
@@ -456,7 +281,7 @@ unsafe fn apply_block<T: Elem>(
 /// The residual update of a full 32-row block alone (as [`apply_block`] does it, without the
 /// rotations and their stores); `first` is chunk 0, already loaded.
 #[inline(always)]
-unsafe fn residual_block<T: Elem>(
+unsafe fn residual_block<T: Scalar>(
     first: [T; CHUNK],
     base: *const T,
     n: usize,
@@ -475,7 +300,7 @@ unsafe fn residual_block<T: Elem>(
             p[m] = *coef.add(3 * (c * CHUNK + m));
         });
         unroll!(m in [0 1 2 3 4 5 6 7] => {
-            *s = s.sub_conj_mul(cur[m], p[m]);
+            *s = s.fused_sub_conj_mul(cur[m], p[m]);
         });
         cur = next;
     }
@@ -553,7 +378,7 @@ pub const fn coefficients_len(n: usize) -> usize {
 // The unrolled loops' last residual update is never read.
 #[allow(unused_assignments)]
 #[inline(always)]
-unsafe fn panel<T: Elem, X: Exchange>(
+unsafe fn panel<T: Scalar, X: Exchange>(
     r: *mut T,
     w: *const T,
     n: usize,
@@ -629,12 +454,12 @@ unsafe fn panel<T: Elem, X: Exchange>(
                 my_p = p;
                 t0sq = tsq;
             }
-            tsq = tsq + p.norm_sqr();
+            tsq = tsq + p.fused_norm_sqr();
             if l == row {
                 t1sq = tsq;
             }
             if row < l {
-                s = s.sub_conj_mul(cur[m], p);
+                s = s.fused_sub_conj_mul(cur[m], p);
             }
         });
         cur = next;
@@ -722,7 +547,7 @@ pub const fn large_scratch_bytes(kind: ScalarKind, n: u32, batch: u64) -> usize 
 /// `r` and `w` hold `batch` contiguous `n x n` matrices and `n`-vectors; the launch has
 /// blocks of a multiple of 32 threads and the shared memory of [`small_shared_bytes`].
 #[inline(always)]
-pub unsafe fn small<T: Elem>(args: CholeskyUpdateArgs<T>) {
+pub unsafe fn small<T: Scalar>(args: CholeskyUpdateArgs<T>) {
     let CholeskyUpdateArgs { r, w, n, batch, .. } = args;
     let n = n as usize;
     if n == 0 {
@@ -754,7 +579,7 @@ pub unsafe fn small<T: Elem>(args: CholeskyUpdateArgs<T>) {
 /// As [`small`], plus `scratch` as above and blocks of a multiple of 32 threads with at least
 /// 16 bytes of shared memory.
 #[inline(always)]
-pub unsafe fn large<T: Elem>(args: CholeskyUpdateArgs<T>) {
+pub unsafe fn large<T: Scalar>(args: CholeskyUpdateArgs<T>) {
     let CholeskyUpdateArgs {
         r,
         w,
@@ -801,7 +626,7 @@ pub unsafe fn large<T: Elem>(args: CholeskyUpdateArgs<T>) {
 
 /// `T`, moved between lanes one 32-bit word at a time.
 #[inline(always)]
-fn shfl<T: Words>(v: T, src: u32) -> T {
+fn shfl<T: WarpExchange>(v: T, src: u32) -> T {
     v.map_words(|x| grid::shfl(x, src))
 }
 
@@ -819,7 +644,7 @@ pub const GROUPS: [usize; 4] = [4, 8, 16, 32];
 // The unrolled loops' last residual update is never read.
 #[allow(unused_assignments)]
 #[inline(always)]
-pub unsafe fn grouped<T: Elem, const G: usize>(args: CholeskyUpdateArgs<T>) {
+pub unsafe fn grouped<T: Scalar, const G: usize>(args: CholeskyUpdateArgs<T>) {
     let CholeskyUpdateArgs { r, w, n, batch, .. } = args;
     let n = n as usize;
     if n == 0 || n > G {
@@ -865,12 +690,12 @@ pub unsafe fn grouped<T: Elem, const G: usize>(args: CholeskyUpdateArgs<T>) {
                     my_p = p;
                     t0sq = tsq;
                 }
-                tsq = tsq + p.norm_sqr();
+                tsq = tsq + p.fused_norm_sqr();
                 if l == i {
                     t1sq = tsq;
                 }
                 if i < l {
-                    s = s.sub_conj_mul(x[i], p);
+                    s = s.fused_sub_conj_mul(x[i], p);
                 }
             }
         });
@@ -892,8 +717,8 @@ pub unsafe fn grouped<T: Elem, const G: usize>(args: CholeskyUpdateArgs<T>) {
                 let src = lead + i as u32;
                 let (p, alpha, gamma) = (shfl(my_p, src), shfl(alpha, src), shfl(gamma, src));
                 if active && i < l {
-                    *col.add(i * nn) = T::rotate(x[i], alpha, p.scale(gamma), s);
-                    s = s.sub_conj_mul(x[i], p);
+                    *col.add(i * nn) = T::fused_rotate(x[i], alpha, p.scale(gamma), s);
+                    s = s.fused_sub_conj_mul(x[i], p);
                 }
             }
         });
@@ -992,6 +817,7 @@ pub fn launch_config(
 mod tests {
     extern crate std;
     use super::*;
+    use num_complex::Complex;
     use std::vec::Vec;
 
     /// xorshift64 draws in [-1, 1), never zero in practice.
@@ -1006,14 +832,12 @@ mod tests {
     }
 
     /// Test-side view of the element types, in c128 for the reference arithmetic.
-    trait TestElem: Elem + Send + Sync + 'static {
-        const COMPLEX: bool;
+    trait TestElem: Scalar + Send + Sync + 'static {
         const EPS: f64;
         fn make(re: f64, im: f64) -> Self;
         fn wide(self) -> Complex<f64>;
     }
     impl TestElem for f32 {
-        const COMPLEX: bool = false;
         const EPS: f64 = f32::EPSILON as f64;
         fn make(re: f64, _: f64) -> Self {
             re as f32
@@ -1023,7 +847,6 @@ mod tests {
         }
     }
     impl TestElem for f64 {
-        const COMPLEX: bool = false;
         const EPS: f64 = f64::EPSILON;
         fn make(re: f64, _: f64) -> Self {
             re
@@ -1033,7 +856,6 @@ mod tests {
         }
     }
     impl TestElem for Complex<f32> {
-        const COMPLEX: bool = true;
         const EPS: f64 = f32::EPSILON as f64;
         fn make(re: f64, im: f64) -> Self {
             Complex::new(re as f32, im as f32)
@@ -1043,7 +865,6 @@ mod tests {
         }
     }
     impl TestElem for Complex<f64> {
-        const COMPLEX: bool = true;
         const EPS: f64 = f64::EPSILON;
         fn make(re: f64, im: f64) -> Self {
             Complex::new(re, im)

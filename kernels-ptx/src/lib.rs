@@ -18,6 +18,7 @@ pub mod launch;
 pub mod pivots;
 pub mod pointers;
 pub mod relayout;
+pub mod scalar;
 pub mod small;
 pub mod threefry;
 pub mod tridiagonal;

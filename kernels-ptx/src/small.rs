@@ -22,8 +22,7 @@ use crate::grid::{
     block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, sync_threads, thread_idx_x,
 };
 use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig, ScalarKind};
-use core::ops::{Add, Div, Mul, Neg, Sub};
-use num_complex::Complex;
+use crate::scalar::{Real, Scalar, WarpExchange};
 
 /// Runs `$body` once for each `$i` in `0..$w` (`$w ≤ 32`), `$i` a literal in each copy: the
 /// rows' register arrays must only see constant indices, and LLVM does not fully unroll the
@@ -41,196 +40,6 @@ macro_rules! unrolled {
     };
 }
 
-/// Real parts: f32, f64.
-pub trait Real:
-    Copy
-    + PartialOrd
-    + Add<Output = Self>
-    + Sub<Output = Self>
-    + Mul<Output = Self>
-    + Div<Output = Self>
-    + Neg<Output = Self>
-    + Shfl
-{
-    const ZERO: Self;
-    const ONE: Self;
-    const INFINITY: Self;
-    const NEG_INFINITY: Self;
-    /// The quiet NaN with the sign bit clear (what `0/0` is not on x86: its NaN is negative).
-    const NAN: Self;
-    /// LAPACK's `xLAMCH('S')`: the smallest normal number.
-    const SAFE_MIN: Self;
-    /// An exact power of two that lifts values below `SAFE_MIN` far enough that their squares
-    /// are normal numbers.
-    const UNDERFLOW_LIFT: Self;
-    fn abs(self) -> Self;
-    fn is_nan(self) -> bool;
-    fn sqrt(self) -> Self;
-}
-
-/// The four element types.
-pub trait Scalar:
-    Copy + PartialEq + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Shfl
-{
-    type Real: Real;
-    const ZERO: Self;
-    const ONE: Self;
-    /// `|re| + |im|`, the magnitude BLAS `IxAMAX` compares (`|x|` for reals).
-    fn abs1(self) -> Self::Real;
-    /// `|self| >= r` with `|·|` the modulus (Fortran's `ABS`).
-    fn modulus_at_least(self, r: Self::Real) -> bool;
-    fn re(self) -> Self::Real;
-    fn from_real(r: Self::Real) -> Self;
-    fn conj(self) -> Self;
-    /// Each part times `r` (`xDSCAL`'s product).
-    fn scale(self, r: Self::Real) -> Self;
-    /// `self / d`; for complex numbers Smith's algorithm as gfortran expands it.
-    fn quotient(self, d: Self) -> Self;
-}
-
-macro_rules! real {
-    ($t:ident, $lift:expr, $sqrt:path) => {
-        impl Real for $t {
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            const INFINITY: Self = $t::INFINITY;
-            const NEG_INFINITY: Self = $t::NEG_INFINITY;
-            const NAN: Self = $t::NAN;
-            const SAFE_MIN: Self = $t::MIN_POSITIVE;
-            const UNDERFLOW_LIFT: Self = $lift;
-            #[inline(always)]
-            fn abs(self) -> Self {
-                $t::abs(self)
-            }
-            #[inline(always)]
-            fn is_nan(self) -> bool {
-                $t::is_nan(self)
-            }
-            #[inline(always)]
-            fn sqrt(self) -> Self {
-                // Both are IEEE correctly rounded (sqrt.rn on the GPU), so host and GPU agree.
-                #[cfg(target_arch = "nvptx64")]
-                {
-                    $sqrt(self)
-                }
-                #[cfg(not(target_arch = "nvptx64"))]
-                {
-                    real!(@host $t, self)
-                }
-            }
-        }
-
-        impl Scalar for $t {
-            type Real = $t;
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            #[inline(always)]
-            fn abs1(self) -> $t {
-                $t::abs(self)
-            }
-            #[inline(always)]
-            fn modulus_at_least(self, r: $t) -> bool {
-                $t::abs(self) >= r
-            }
-            #[inline(always)]
-            fn re(self) -> $t {
-                self
-            }
-            #[inline(always)]
-            fn from_real(r: $t) -> Self {
-                r
-            }
-            #[inline(always)]
-            fn conj(self) -> Self {
-                self
-            }
-            #[inline(always)]
-            fn scale(self, r: $t) -> Self {
-                self * r
-            }
-            #[inline(always)]
-            fn quotient(self, d: Self) -> Self {
-                self / d
-            }
-        }
-
-        impl Scalar for Complex<$t> {
-            type Real = $t;
-            const ZERO: Self = Complex::new(0.0, 0.0);
-            const ONE: Self = Complex::new(1.0, 0.0);
-            #[inline(always)]
-            fn abs1(self) -> $t {
-                $t::abs(self.re) + $t::abs(self.im)
-            }
-            #[inline(always)]
-            fn modulus_at_least(self, r: $t) -> bool {
-                let (x, y) = ($t::abs(self.re), $t::abs(self.im));
-                let big = if x < y { y } else { x };
-                if big >= r || big.is_nan() {
-                    // |z| >= max(|re|, |im|); NaN compares false as Fortran's ABS(NaN) >= r.
-                    return big >= r;
-                }
-                // Both parts tiny: lift them exactly so that the squares do not underflow.
-                let (x, y, r) = (x * $lift, y * $lift, r * $lift);
-                Real::sqrt(x * x + y * y) >= r
-            }
-            #[inline(always)]
-            fn re(self) -> $t {
-                self.re
-            }
-            #[inline(always)]
-            fn from_real(r: $t) -> Self {
-                Complex::new(r, 0.0)
-            }
-            #[inline(always)]
-            fn conj(self) -> Self {
-                Complex::new(self.re, -self.im)
-            }
-            #[inline(always)]
-            fn scale(self, r: $t) -> Self {
-                Complex::new(self.re * r, self.im * r)
-            }
-            #[inline(always)]
-            fn quotient(self, rhs: Self) -> Self {
-                let (a, b, c, d) = (self.re, self.im, rhs.re, rhs.im);
-                if $t::abs(c) < $t::abs(d) {
-                    let ratio = c / d;
-                    let denom = c * ratio + d;
-                    Complex::new((a * ratio + b) / denom, (b * ratio - a) / denom)
-                } else {
-                    let ratio = d / c;
-                    let denom = d * ratio + c;
-                    Complex::new((b * ratio + a) / denom, (b - a * ratio) / denom)
-                }
-            }
-        }
-    };
-    (@host f32, $x:expr) => {
-        libm::sqrtf($x)
-    };
-    (@host f64, $x:expr) => {
-        libm::sqrt($x)
-    };
-}
-real!(
-    f32,
-    18446744073709551616.0, /* 2^64 */
-    core::f32::math::sqrt
-);
-real!(
-    f64,
-    4.149515568880993e180, /* 2^600 */
-    core::f64::math::sqrt
-);
-
-/// Values that move between the lanes of a group: a warp shuffle on the GPU; on the host (which
-/// runs a block's threads as OS threads) a round trip through a per-thread slot of scratch
-/// shared memory between two block barriers.
-pub trait Shfl: Copy {
-    #[cfg(target_arch = "nvptx64")]
-    fn shfl_gpu(self, src: u32) -> Self;
-}
-
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 fn shfl_u32(v: u32, src: u32) -> u32 {
@@ -244,48 +53,19 @@ fn shfl_u32(v: u32, src: u32) -> u32 {
     r
 }
 
-impl Shfl for u32 {
-    #[cfg(target_arch = "nvptx64")]
-    #[inline(always)]
-    fn shfl_gpu(self, src: u32) -> Self {
-        shfl_u32(self, src)
-    }
-}
-impl Shfl for f32 {
-    #[cfg(target_arch = "nvptx64")]
-    #[inline(always)]
-    fn shfl_gpu(self, src: u32) -> Self {
-        f32::from_bits(shfl_u32(self.to_bits(), src))
-    }
-}
-impl Shfl for f64 {
-    #[cfg(target_arch = "nvptx64")]
-    #[inline(always)]
-    fn shfl_gpu(self, src: u32) -> Self {
-        let bits = self.to_bits();
-        let lo = shfl_u32(bits as u32, src) as u64;
-        let hi = shfl_u32((bits >> 32) as u32, src) as u64;
-        f64::from_bits(hi << 32 | lo)
-    }
-}
-impl<T: Shfl> Shfl for Complex<T> {
-    #[cfg(target_arch = "nvptx64")]
-    #[inline(always)]
-    fn shfl_gpu(self, src: u32) -> Self {
-        Complex::new(self.re.shfl_gpu(src), self.im.shfl_gpu(src))
-    }
-}
-
-/// Bytes of host-only exchange scratch per thread (the largest scalar); see [`Shfl`].
+/// Bytes of host-only exchange scratch per thread (the largest scalar); see [`shfl`].
 pub const HOST_EXCHANGE_BYTES_PER_THREAD: usize = 16;
 
-/// The value `v` of thread `src` (an index in the block, in the caller's own warp). Every
-/// thread of the warp (on the host: of the block) must call it at the same point.
+/// The value `v` of thread `src` (an index in the block, in the caller's own warp): a warp
+/// shuffle per 32-bit word on the GPU; on the host (which runs a block's threads as OS
+/// threads) a round trip through a per-thread slot of `_exchange` (scratch shared memory)
+/// between two block barriers. Every thread of the warp (on the host: of the block) must call
+/// it at the same point.
 #[inline(always)]
-unsafe fn shfl<T: Shfl>(v: T, src: u32, _exchange: *mut u8) -> T {
+unsafe fn shfl<T: WarpExchange>(v: T, src: u32, _exchange: *mut u8) -> T {
     #[cfg(target_arch = "nvptx64")]
     {
-        v.shfl_gpu(src)
+        v.map_words(|w| shfl_u32(w, src))
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
@@ -1257,9 +1037,10 @@ pub(crate) fn launch<A>(
     table.launch((kind, variant), grid, block, shared as u32)
 }
 
-/// The launch of `ferrax_getrf_small_<dtype>_<variant>` ([`GetrfArgs`]), or `None` when `max(m, n) > 128` or the matrix does not fit in `max_shared` bytes of shared
-/// memory (the device's opt-in limit per block; c128 128×128 never does): use cuSOLVER.
-/// `grid == 0` (batch 0) means there is nothing to launch.
+/// The launch of `ferrax_getrf_small_<dtype>_<variant>` ([`GetrfArgs`]), or `None` when
+/// `max(m, n) > 128` or the matrix does not fit in `max_shared` bytes of shared memory (the
+/// device's opt-in limit per block; c128 128×128 never does): use cuSOLVER. `grid == 0`
+/// (batch 0) means there is nothing to launch.
 pub fn getrf_launch(
     kind: ScalarKind,
     m: u32,
@@ -1287,8 +1068,9 @@ pub fn potrf_launch(
 pub const FUSED_CHOLESKY_BLOCK_MAX: u32 = 48;
 
 /// The launch of `ferrax_cholesky_small_<dtype>_<w4|w8|w16|w32|block>` ([`CholeskyArgs`];
-/// row-major, jax's whole `cholesky`): the warp kernels up to 32, the block kernel up to [`FUSED_CHOLESKY_BLOCK_MAX`]; `None` past it
-/// (jax's steps and [`potrf_launch`]'s kernels serve those).
+/// row-major, jax's whole `cholesky`): the warp kernels up to 32, the block kernel up to
+/// [`FUSED_CHOLESKY_BLOCK_MAX`]; `None` past it (jax's steps and [`potrf_launch`]'s kernels
+/// serve those).
 pub fn cholesky_launch(
     kind: ScalarKind,
     n: u32,
@@ -1305,9 +1087,9 @@ pub fn cholesky_launch(
 }
 
 pub mod eigh;
-pub mod lanes;
 pub mod qr;
 mod sequential;
+pub mod lanes;
 pub use sequential::{getf2, potf2, trsm, Transpose};
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]

@@ -10,8 +10,8 @@ use crate::ffi_handler;
 use crate::ops::{char_attr, for_each_chunk, lapack_dim, routine, SharedMut};
 use crate::ops::{dispatch_lapack, Scalar};
 use ferrax_cpu_fallback::{ComplexLapack, Heevd, Lapack, Real, RealLapack, Syevd};
-use ferrax_kernels::small::eigh::{self as small_eigh, EighReal};
-use ferrax_kernels::small::qr::QrScalar;
+use ferrax_kernels::scalar::Scalar as KernelScalar;
+use ferrax_kernels::small::eigh as small_eigh;
 use num_complex::Complex;
 use std::ffi::{c_char, CStr};
 
@@ -207,8 +207,7 @@ fn eigh_typed<T>(
     jobz: c_char,
 ) -> Result<()>
 where
-    T: Evd + QrScalar<Real = Real<T>>,
-    Real<T>: EighReal,
+    T: Evd + KernelScalar<Real = Real<T>>,
 {
     let shape = MatrixBatch::square(&x)?;
     let batch_dims = shape.batch_dims(&x);

@@ -16,8 +16,9 @@ use crate::ops::{
 use ferrax_cpu_fallback::Lapack;
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::relayout::Strides;
+use ferrax_kernels::scalar::Scalar;
 use ferrax_kernels::small::lanes::{self, LANES};
-use ferrax_kernels::small::{getf2, GetrfArgs, Scalar};
+use ferrax_kernels::small::{getf2, GetrfArgs};
 use std::ffi::CStr;
 
 pub const TARGET: &CStr = c"ferrax_getrf";

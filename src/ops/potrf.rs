@@ -17,8 +17,9 @@ use crate::ops::{
     gpu_scalar_kind, lapack_dim, routine, small_kernel, GpuLibrary, SharedMut,
 };
 use ferrax_cpu_fallback::{Lapack, Potrf};
+use ferrax_kernels::scalar::{Real, Scalar};
 use ferrax_kernels::small::lanes::{self, LANES};
-use ferrax_kernels::small::{potf2, CholeskyArgs, PotrfArgs, Real, Scalar};
+use ferrax_kernels::small::{potf2, CholeskyArgs, PotrfArgs};
 use std::ffi::{c_char, CStr};
 use std::ops::Range;
 

@@ -26,9 +26,8 @@ use crate::ops::{
 use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::relayout::Strides;
-use ferrax_kernels::small::qr::{
-    self as small_qr, GeqrfArgs, OrgqrArgs, OrmqrArgs, QrArgs, QrScalar,
-};
+use ferrax_kernels::scalar::Scalar as KernelScalar;
+use ferrax_kernels::small::qr::{self as small_qr, GeqrfArgs, OrgqrArgs, OrmqrArgs, QrArgs};
 use num_complex::Complex;
 use std::ffi::{c_char, CStr};
 
@@ -235,7 +234,7 @@ fn ormqr_shapes(
 /// and lock contention between threads dominate there.
 pub const CPU_SMALL_MAX: usize = 16;
 
-fn geqrf_typed<T: Scalar + QrScalar>(
+fn geqrf_typed<T: Scalar + KernelScalar>(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
     x_out: Buffer<'_>,
@@ -295,7 +294,7 @@ fn geqrf_typed<T: Scalar + QrScalar>(
     })
 }
 
-fn orgqr_typed<T: Scalar + QrScalar>(
+fn orgqr_typed<T: Scalar + KernelScalar>(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
     tau: Buffer<'_>,
@@ -413,7 +412,7 @@ fn qr_shapes(
     Ok((shape, q_cols))
 }
 
-fn qr_typed<T: Scalar + QrScalar>(
+fn qr_typed<T: Scalar + KernelScalar>(
     pool: ThreadPool<'_>,
     a: Buffer<'_>,
     q: Buffer<'_>,

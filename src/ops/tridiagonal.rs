@@ -10,8 +10,8 @@ use crate::ffi_handler;
 use crate::ops::dispatch_lapack;
 use crate::ops::{char_attr, for_each_chunk, lapack_dim, query_lwork, routine, Scalar, SharedMut};
 use ferrax_cpu_fallback::Real;
+use ferrax_kernels::scalar::Scalar as KernelScalar;
 use ferrax_kernels::small::eigh as small_eigh;
-use ferrax_kernels::small::qr::QrScalar;
 use std::ffi::{c_char, CStr};
 
 pub const TARGET: &CStr = c"ferrax_sytrd";
@@ -53,7 +53,7 @@ fn sytrd_cpu(
 pub const CPU_SMALL_MAX: usize = small_eigh::MAX_ORDER;
 
 #[allow(clippy::too_many_arguments)] // as `sytrd_cpu`
-fn sytrd_typed<T: Scalar + QrScalar<Real = Real<T>>>(
+fn sytrd_typed<T: Scalar + KernelScalar<Real = Real<T>>>(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
     x_out: Buffer<'_>,

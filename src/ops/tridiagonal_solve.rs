@@ -11,7 +11,8 @@ use crate::ffi::{Buffer, DataType, MatrixBatch, NativeType, Result, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::{dispatch_lapack, for_each_chunk, for_each_parallel, lapack_dim, routine};
 use crate::ops::{Scalar, SharedMut};
-use ferrax_kernels::tridiagonal::{self, Field};
+use ferrax_kernels::scalar::Scalar as KernelScalar;
+use ferrax_kernels::tridiagonal;
 use std::ffi::CStr;
 
 pub const GTSV_TARGET: &CStr = c"ferrax_gtsv";
@@ -180,7 +181,7 @@ fn gtsv_typed<T: Scalar>(
     })
 }
 
-fn perturbed_typed<T: NativeType + Field>(
+fn perturbed_typed<T: NativeType + KernelScalar>(
     pool: ThreadPool<'_>,
     args: System<'_>,
     x: Buffer<'_>,

@@ -8,6 +8,7 @@ use crate::ffi::{Buffer, MatrixBatch, Result, ThreadPool};
 use crate::ffi_handler;
 use crate::ops::{char_attr, for_each_parallel, lapack_dim, routine, SharedMut};
 use crate::ops::{dispatch_lapack, Scalar};
+use ferrax_kernels::scalar::Scalar as KernelScalar;
 use ferrax_kernels::small::{self, Transpose};
 use std::ffi::{c_char, CStr};
 
@@ -70,7 +71,7 @@ pub const CPU_SMALL_MAX: usize = 8;
 /// 16, 0.87-0.99× at 24; about even at 28-32, slower beyond).
 pub const SINGLE_RHS_MAX: usize = 24;
 
-fn trsm_typed<T: Scalar + small::Scalar>(
+fn trsm_typed<T: Scalar + KernelScalar>(
     pool: ThreadPool<'_>,
     x: Buffer<'_>,
     y: Buffer<'_>,

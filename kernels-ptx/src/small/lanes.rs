@@ -8,7 +8,7 @@
 //! (lane-wise selects where that routine branches), so the results are bit for bit the same,
 //! `info` and pivots included (the tests check this).
 
-use super::{Real, Scalar};
+use crate::scalar::{Real, Scalar};
 
 /// Matrices factored together (8 f64 lanes fill an AVX-512 register; the loops vectorize to
 /// the target's width).

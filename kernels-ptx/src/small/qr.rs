@@ -14,95 +14,12 @@
 //! order ([`geqrf_block`], [`orgqr_block`]).
 
 use super::{
-    dynamic_shared, lane_group, launch, padded_bytes, shfl, stage, Keep, LaneGroup, Real, Scalar,
-    Staging, Variant, MAX_SHARED_BYTES,
+    dynamic_shared, lane_group, launch, padded_bytes, shfl, stage, Keep, LaneGroup, Staging,
+    Variant, MAX_SHARED_BYTES,
 };
 use crate::grid::{block_dim_x, block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
 use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig, ScalarKind};
-use core::ops::Neg;
-use num_complex::Complex;
-
-/// What `xLARFG` needs of the real type beyond [`Real`].
-pub trait QrReal: Real {
-    /// `xLAMCH('S') / xLAMCH('E')`: below it `xLARFG` rescales (`|beta|` too small for
-    /// `1 / (alpha - beta)`).
-    const LARFG_SAFMIN: Self;
-    /// `1 / LARFG_SAFMIN`.
-    const LARFG_RSAFMN: Self;
-    /// `xLAMCH('O')`, the largest finite value.
-    const HUGE: Self;
-    /// `|self|` with the sign of `s` (Fortran's `SIGN`, honouring -0).
-    fn copysign(self, s: Self) -> Self;
-    /// An exact power of two `p` with `x·p` in about `[1, 2)` for a finite `x > 0`; clamped to
-    /// the normal range, so `x·p` may be smaller for subnormal or tiny `x`.
-    fn recip_pow2(self) -> Self;
-}
-
-impl QrReal for f32 {
-    const LARFG_SAFMIN: Self = f32::MIN_POSITIVE / (f32::EPSILON * 0.5); // 2^-102
-    const LARFG_RSAFMN: Self = 1.0 / Self::LARFG_SAFMIN;
-    const HUGE: Self = f32::MAX;
-    #[inline(always)]
-    fn copysign(self, s: Self) -> Self {
-        f32::from_bits(self.to_bits() & 0x7fff_ffff | s.to_bits() & 0x8000_0000)
-    }
-    #[inline(always)]
-    fn recip_pow2(self) -> Self {
-        let e = ((self.to_bits() >> 23) & 0xff) as i32 - 127;
-        f32::from_bits(((127 - e.clamp(-126, 126)) as u32) << 23)
-    }
-}
-
-impl QrReal for f64 {
-    const LARFG_SAFMIN: Self = f64::MIN_POSITIVE / (f64::EPSILON * 0.5); // 2^-969
-    const LARFG_RSAFMN: Self = 1.0 / Self::LARFG_SAFMIN;
-    const HUGE: Self = f64::MAX;
-    #[inline(always)]
-    fn copysign(self, s: Self) -> Self {
-        f64::from_bits(self.to_bits() & !(1 << 63) | s.to_bits() & 1 << 63)
-    }
-    #[inline(always)]
-    fn recip_pow2(self) -> Self {
-        let e = ((self.to_bits() >> 52) & 0x7ff) as i64 - 1023;
-        f64::from_bits(((1023 - e.clamp(-1022, 1022)) as u64) << 52)
-    }
-}
-
-/// The element types of the QR kernels: what the real and complex `xLARFG` tell apart.
-pub trait QrScalar: Scalar<Real: QrReal> + Neg<Output = Self> {
-    const COMPLEX: bool;
-    fn im(self) -> Self::Real;
-    fn from_re_im(re: Self::Real, im: Self::Real) -> Self;
-}
-
-macro_rules! qr_scalar {
-    ($t:ty) => {
-        impl QrScalar for $t {
-            const COMPLEX: bool = false;
-            #[inline(always)]
-            fn im(self) -> $t {
-                0.0
-            }
-            #[inline(always)]
-            fn from_re_im(re: $t, _: $t) -> Self {
-                re
-            }
-        }
-        impl QrScalar for Complex<$t> {
-            const COMPLEX: bool = true;
-            #[inline(always)]
-            fn im(self) -> $t {
-                self.im
-            }
-            #[inline(always)]
-            fn from_re_im(re: $t, im: $t) -> Self {
-                Complex::new(re, im)
-            }
-        }
-    };
-}
-qr_scalar!(f32);
-qr_scalar!(f64);
+use crate::scalar::{Real, Scalar};
 
 /// A column the Householder helpers ([`larfg`]) work on: `W` registers (`[T; W]`), whose rows
 /// are visited by `unrolled!` so that every index is a constant after inlining, or memory (a
@@ -154,7 +71,7 @@ impl<T: Copy> Column<T> for [T] {
 /// squares of the parts in order (Blue's algorithm for mid-range values, LAPACK ≥ 3.10); when
 /// that overflows or underflows, the sum again with the parts scaled by an exact power of two.
 #[inline(always)]
-fn nrm2<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, lo: usize, m: u32) -> T::Real {
+fn nrm2<T: Scalar, C: Column<T> + ?Sized>(x: &mut C, lo: usize, m: u32) -> T::Real {
     let zero = <T::Real as Real>::ZERO;
     let mut ssq = zero;
     x.each_row(lo, m, |x, r| {
@@ -198,7 +115,7 @@ fn nrm2<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, lo: usize, m: u32) -> T::
 
 /// `xLAPY2(x, y)`: `sqrt(x² + y²)` without unnecessary overflow, NaN if either is NaN.
 #[inline(always)]
-pub(crate) fn lapy2<R: QrReal>(x: R, y: R) -> R {
+pub(crate) fn lapy2<R: Real>(x: R, y: R) -> R {
     if x.is_nan() {
         return x;
     }
@@ -217,7 +134,7 @@ pub(crate) fn lapy2<R: QrReal>(x: R, y: R) -> R {
 /// `xLAPY2(x, z)` (real) or `xLAPY3(x, y, z)` (complex): `sqrt(x² + y² + z²)` without
 /// unnecessary overflow, in LAPACK's formulas.
 #[inline(always)]
-pub(crate) fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
+pub(crate) fn lapy<T: Scalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
     if !T::COMPLEX {
         return lapy2(x, z);
     }
@@ -225,7 +142,7 @@ pub(crate) fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
     let (xa, ya, za) = (x.abs(), y.abs(), z.abs());
     let w = if xa < ya { ya } else { xa };
     let w = if w < za { za } else { w };
-    if w == zero || w > <T::Real as QrReal>::HUGE {
+    if w == zero || w > <T::Real as Real>::HUGE {
         return xa + ya + za;
     }
     let (p, q, r) = (xa / w, ya / w, za / w);
@@ -235,7 +152,7 @@ pub(crate) fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
 /// `xLARFG` on the column `x[i..m]` (`alpha = x[i]`; `i` a constant after inlining for
 /// registers): leaves `beta` in `x[i]`, `v` below it, and returns `tau`.
 #[inline(always)]
-pub(crate) fn larfg<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, i: usize, m: u32) -> T {
+pub(crate) fn larfg<T: Scalar, C: Column<T> + ?Sized>(x: &mut C, i: usize, m: u32) -> T {
     let zero = <T::Real as Real>::ZERO;
     // DLARFG returns for a column of one element (N ≤ 1); ZLARFG still makes it real.
     if !T::COMPLEX && i as u32 + 1 >= m {
@@ -248,8 +165,8 @@ pub(crate) fn larfg<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, i: usize, m: 
     }
     let mut beta = -lapy::<T>(alphr, alphi, xnorm).copysign(alphr);
     let (safmin, rsafmn) = (
-        <T::Real as QrReal>::LARFG_SAFMIN,
-        <T::Real as QrReal>::LARFG_RSAFMN,
+        <T::Real as Real>::LARFG_SAFMIN,
+        <T::Real as Real>::LARFG_RSAFMN,
     );
     let mut knt = 0;
     if beta.abs() < safmin {
@@ -282,7 +199,7 @@ pub(crate) fn larfg<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, i: usize, m: 
 /// `xLARF('Left')` of the reflector `(1, v[1..])` and `tau` to the column `c` (as long as `v`),
 /// as the kernels apply it: `w = Σ conj(c[r])·v[r]` in order, then `c[r] += v[r]·(-tau·conj(w))`
 /// unless `tau` or `w` is zero.
-pub fn larf<T: QrScalar>(v: &[T], tau: T, c: &mut [T]) {
+pub fn larf<T: Scalar>(v: &[T], tau: T, c: &mut [T]) {
     if tau == T::ZERO {
         return;
     }
@@ -306,7 +223,7 @@ pub fn larf<T: QrScalar>(v: &[T], tau: T, c: &mut [T]) {
 ///
 /// # Panics
 /// If a slice is too short.
-pub fn geqr2<T: QrScalar>(a: &mut [T], m: usize, n: usize, tau: &mut [T]) {
+pub fn geqr2<T: Scalar>(a: &mut [T], m: usize, n: usize, tau: &mut [T]) {
     let a = &mut a[..m * n];
     for i in 0..m.min(n) {
         let (left, right) = a.split_at_mut((i + 1) * m);
@@ -324,7 +241,7 @@ pub fn geqr2<T: QrScalar>(a: &mut [T], m: usize, n: usize, tau: &mut [T]) {
 ///
 /// # Panics
 /// If a slice is too short.
-pub fn org2r<T: QrScalar>(a: &mut [T], m: usize, n: usize, lda: usize, k: usize, tau: &[T]) {
+pub fn org2r<T: Scalar>(a: &mut [T], m: usize, n: usize, lda: usize, k: usize, tau: &[T]) {
     if n == 0 {
         return;
     }
@@ -351,7 +268,7 @@ pub fn org2r<T: QrScalar>(a: &mut [T], m: usize, n: usize, lda: usize, k: usize,
 /// `xLARF('Right')` of the reflector `(1, v[1..])` and `tau` to one row `x` of a matrix (element
 /// `r` at `x[r·stride]`, as long as `v`), as LAPACK applies it to each row: `w = Σ x[r]·v[r]`
 /// in order (xGEMV), then `x[r] += w·(-tau·conj(v[r]))` (xGERC) unless `tau` or `w` is zero.
-pub fn larf_row<T: QrScalar>(v: &[T], tau: T, x: &mut [T], stride: usize) {
+pub fn larf_row<T: Scalar>(v: &[T], tau: T, x: &mut [T], stride: usize) {
     if tau == T::ZERO {
         return;
     }
@@ -371,7 +288,7 @@ pub fn larf_row<T: QrScalar>(v: &[T], tau: T, x: &mut [T], stride: usize) {
 /// (`left`, contiguous: `stride` 1) or a row, given `reflector(i)`, reflector `i` from its
 /// diagonal down (`v`, the diagonal not read) and its `tau`. The reflectors go first to last
 /// for `Qᴴ·C` and `C·Q`, last to first for `Q·C` and `C·Qᴴ`, with `conj(tau)` for `Qᴴ`.
-pub fn orm2r_vector<'a, T: QrScalar + 'a>(
+pub fn orm2r_vector<'a, T: Scalar + 'a>(
     x: &mut [T],
     stride: usize,
     k: usize,
@@ -400,7 +317,7 @@ pub fn orm2r_vector<'a, T: QrScalar + 'a>(
 /// # Panics
 /// If a slice is too short.
 #[allow(clippy::too_many_arguments)] // LAPACK's argument list
-pub fn orm2r<T: QrScalar>(
+pub fn orm2r<T: Scalar>(
     a: &[T],
     lda: usize,
     tau: &[T],
@@ -436,7 +353,7 @@ const fn keep_reflector<T>(w: usize) -> bool {
 /// `w = Σ conj(x[r])·v[r]` (xGEMV, in order), then `x[r] += v[r]·(-tau_l·conj(w))` (xGER/xGERC,
 /// skipped for `w = 0`). Every lane of the warp must call it (shuffles).
 #[inline(always)]
-unsafe fn larf_left<T: QrScalar, const W: usize>(
+unsafe fn larf_left<T: Scalar, const W: usize>(
     x: &mut [T; W],
     i: usize,
     m: u32,
@@ -502,7 +419,7 @@ const fn staging(rows: u32, cols: u32, m: u32) -> Staging {
 // there, the tests' build takes many times as long).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
 #[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
-unsafe fn geqr2_lanes<T: QrScalar, const W: usize>(
+unsafe fn geqr2_lanes<T: Scalar, const W: usize>(
     col: &mut [T; W],
     lane: u32,
     lead: u32,
@@ -533,7 +450,7 @@ unsafe fn geqr2_lanes<T: QrScalar, const W: usize>(
 // there, the tests' build takes many times as long).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
 #[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
-unsafe fn org2r_lanes<T: QrScalar, const W: usize>(
+unsafe fn org2r_lanes<T: Scalar, const W: usize>(
     col: &mut [T; W],
     my_tau: T,
     lane: u32,
@@ -662,7 +579,7 @@ kernel_args! {
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·min(m, n)`; the launch is [`geqrf_launch`]'s.
 #[inline(always)]
-pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(args: GeqrfArgs<T>) {
+pub unsafe fn geqrf_rows<T: Scalar, const W: usize>(args: GeqrfArgs<T>) {
     let GeqrfArgs {
         a,
         tau,
@@ -714,7 +631,7 @@ pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(args: GeqrfArgs<T>) {
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·k`; the launch is [`orgqr_launch`]'s.
 #[inline(always)]
-pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(args: OrgqrArgs<T>) {
+pub unsafe fn orgqr_rows<T: Scalar, const W: usize>(args: OrgqrArgs<T>) {
     let OrgqrArgs {
         a,
         tau,
@@ -777,7 +694,7 @@ pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(args: OrgqrArgs<T>) {
 /// `a` holds `batch·m·n` elements, `q` `batch·m·mq`, `r` `batch·mq·n`; the launch is
 /// [`qr_launch`]'s.
 #[inline(always)]
-pub unsafe fn qr_rows<T: QrScalar, const W: usize>(args: QrArgs<T>) {
+pub unsafe fn qr_rows<T: Scalar, const W: usize>(args: QrArgs<T>) {
     let QrArgs {
         a,
         q,
@@ -870,7 +787,7 @@ unsafe fn shared_column<'a, T>(shared: *mut T, ld: u32, m: u32, j: u32) -> &'a m
 /// trailing column gets [`larf`] from a thread of its own; `taus[i]` (shared) gets `tau`.
 /// The same operations in the same order as [`geqr2`].
 #[inline(always)]
-unsafe fn geqr2_block<T: QrScalar>(shared: *mut T, taus: *mut T, ld: u32, m: u32, n: u32) {
+unsafe fn geqr2_block<T: Scalar>(shared: *mut T, taus: *mut T, ld: u32, m: u32, n: u32) {
     let (t, nb) = (thread_idx_x(), block_dim_x());
     for i in 0..m.min(n) {
         if t == i {
@@ -894,7 +811,7 @@ unsafe fn geqr2_block<T: QrScalar>(shared: *mut T, taus: *mut T, ld: u32, m: u32
 /// columns, `tau(i)` their taus: the trailing columns get [`larf`] from a thread each, then
 /// the reflector's own column is scaled in parallel over its rows. Equal to [`org2r`].
 #[inline(always)]
-unsafe fn org2r_block<T: QrScalar>(
+unsafe fn org2r_block<T: Scalar>(
     shared: *mut T,
     ld: u32,
     m: u32,
@@ -943,7 +860,7 @@ unsafe fn org2r_block<T: QrScalar>(
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·min(m, n)`; the launch is [`geqrf_launch`]'s.
 #[inline(always)]
-pub unsafe fn geqrf_block<T: QrScalar>(args: GeqrfArgs<T>) {
+pub unsafe fn geqrf_block<T: Scalar>(args: GeqrfArgs<T>) {
     let GeqrfArgs {
         a,
         tau,
@@ -981,7 +898,7 @@ pub unsafe fn geqrf_block<T: QrScalar>(args: GeqrfArgs<T>) {
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·k`; the launch is [`orgqr_launch`]'s.
 #[inline(always)]
-pub unsafe fn orgqr_block<T: QrScalar>(args: OrgqrArgs<T>) {
+pub unsafe fn orgqr_block<T: Scalar>(args: OrgqrArgs<T>) {
     let OrgqrArgs {
         a,
         tau,
@@ -1042,7 +959,7 @@ const fn ormqr_group(q: u32, k: u32, vectors: u32, size: usize) -> u32 {
 /// `a` holds `batch·q·a_cols` elements (`k ≤ min(q, a_cols)`), `tau` `batch·k`, `c`
 /// `batch·q·vectors`; the launch is [`ormqr_launch`]'s.
 #[inline(always)]
-pub unsafe fn ormqr_block<T: QrScalar>(args: OrmqrArgs<T>) {
+pub unsafe fn ormqr_block<T: Scalar>(args: OrmqrArgs<T>) {
     let OrmqrArgs {
         a,
         tau,
@@ -1111,7 +1028,7 @@ pub unsafe fn ormqr_block<T: QrScalar>(args: OrmqrArgs<T>) {
 /// # Safety
 /// As [`qr_rows`], with [`qr_launch`]'s block launch.
 #[inline(always)]
-pub unsafe fn qr_block<T: QrScalar>(args: QrArgs<T>) {
+pub unsafe fn qr_block<T: Scalar>(args: QrArgs<T>) {
     let QrArgs {
         a,
         q,

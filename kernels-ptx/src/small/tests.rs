@@ -2,6 +2,7 @@ extern crate std;
 
 use super::*;
 use crate::launch::run_on_host;
+use num_complex::Complex;
 use std::vec;
 use std::vec::Vec;
 
