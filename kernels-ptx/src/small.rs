@@ -3,12 +3,12 @@
 //! `a[b·m·n + j·m + i]`), the batch contiguous.
 //!
 //! Two kernel shapes:
-//! * **rows** (`max(m, n) ≤ 32`): a group of `W` lanes (`W` = 4, 8, 16 or 32, inside one warp)
-//!   per matrix, lane `i` holding row `i` in registers (`[T; W]`, indexed only by unrolled
-//!   constants). Pivot search, pivot-row and column broadcasts are warp shuffles. Row swaps are
-//!   not data movement: each lane tracks the position its row currently holds, and the row is
-//!   stored at its final position. The block's matrices are staged through shared memory so
-//!   that global loads and stores are contiguous.
+//! * **rows**, the warp kernels (`max(m, n) ≤ 32`): a group of `W` lanes (`W` = 4, 8, 16 or
+//!   32, inside one warp) per matrix, lane `i` holding row `i` in registers (`[T; W]`, indexed
+//!   only by unrolled constants). Pivot search, pivot-row and column broadcasts are warp
+//!   shuffles. Row swaps are not data movement: each lane tracks the position its row currently
+//!   holds, and the row is stored at its final position. The block's matrices are staged
+//!   through shared memory so that global loads and stores are contiguous.
 //! * **block** (`max(m, n) ≤ 128`): one block per matrix, the matrix in shared memory (as
 //!   much as the device lets a block opt in to).
 //!
@@ -896,7 +896,7 @@ pub unsafe fn cholesky_block<T: Scalar>(args: CholeskyArgs<T>) {
         stage::<T, true>(a.add(offset) as *mut T, shared, 1, input);
         sync_threads();
         if symmetrize != 0 {
-            // jax's (x + xᴴ) / 2, as the lanes kernels compute it.
+            // jax's (x + xᴴ) / 2, as the warp kernels compute it.
             each_lower(shared, n, |x, i, k| {
                 *x = (*x + (*shared.add((i * ld + k) as usize)).conj()).scale(half)
             });
@@ -941,7 +941,7 @@ impl Variant {
 pub const MAX_SHARED_BYTES: usize = 48 << 10;
 
 /// `(variant, grid, block, shared bytes)` for `(m, n, batch)` with `threads` per block (`None`:
-/// the default; tests use small blocks). The lanes kernels keep to [`MAX_SHARED_BYTES`]; the
+/// the default; tests use small blocks). The warp kernels keep to [`MAX_SHARED_BYTES`]; the
 /// block kernels (one matrix per block, up to 128×128) to `max_shared`, the device's opt-in
 /// limit per block. The host emulation needs [`HOST_EXCHANGE_BYTES_PER_THREAD`] more shared
 /// bytes per thread.
@@ -1089,7 +1089,7 @@ pub fn cholesky_launch(
 pub mod eigh;
 pub mod qr;
 mod sequential;
-pub mod lanes;
+pub mod simd;
 pub use sequential::{getf2, potf2, trsm, Transpose};
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]

@@ -17,7 +17,7 @@ use ferrax_cpu_fallback::Lapack;
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::relayout::Strides;
 use ferrax_kernels::scalar::Scalar;
-use ferrax_kernels::small::lanes::{self, LANES};
+use ferrax_kernels::small::simd::{self, LANES};
 use ferrax_kernels::small::{getf2, GetrfArgs};
 use std::ffi::CStr;
 
@@ -78,9 +78,9 @@ fn expect_shapes(a: &Buffer<'_>, ipiv: &Buffer<'_>, info: &Buffer<'_>) -> Result
 }
 
 /// Up to this many rows and columns the CPU handler factors in Rust, [`LANES`] matrices at a
-/// time ([`lanes::getf2`]; [`getf2`] for the rest; LAPACK's unblocked algorithm and output):
+/// time ([`simd::getf2`]; [`getf2`] for the rest; LAPACK's unblocked algorithm and output):
 /// there one OpenBLAS call costs more than the factorization (per 16×16 f64 matrix, one core:
-/// `getf2` 709 ns, `lanes::getf2` 570 ns; `benches/cpu_linalg.py`).
+/// `getf2` 709 ns, `simd::getf2` 570 ns; `benches/cpu_linalg.py`).
 pub const CPU_SMALL_MAX: usize = 16;
 
 fn getrf_typed<T: NativeType + Lapack + Scalar>(
@@ -122,7 +122,7 @@ fn getrf_typed<T: NativeType + Lapack + Scalar>(
                     let a = unsafe { input.load(first * matrix_len, LANES * matrix_len) };
                     let (p, info) = pivots(first, LANES);
                     let info = info.try_into().expect("LANES infos");
-                    lanes::getf2(a, rows, cols, layout, p, info, &mut scratch);
+                    simd::getf2(a, rows, cols, layout, p, info, &mut scratch);
                 },
                 |b| {
                     let (p, info) = pivots(b, 1);

@@ -21,7 +21,7 @@ use crate::cuda::cusolver::{Handle as SolverHandle, Solver, Status as SolverStat
 use crate::ffi::sys::{XLA_FFI_CallFrame, XLA_FFI_Error, XLA_FFI_Handler};
 use crate::ffi::{Buffer, Error, MatrixBatch, NativeType, Result, ThreadPool};
 use ferrax_cpu_fallback::Lapack;
-pub(crate) use ferrax_kernels::small::lanes::Layout;
+pub(crate) use ferrax_kernels::small::simd::Layout;
 use num_complex::Complex;
 use std::ffi::c_int;
 
@@ -351,7 +351,7 @@ pub(crate) fn for_each_parallel(
     })
 }
 
-/// Calls `group(first)` for each run of [`LANES`](ferrax_kernels::small::lanes::LANES) items of
+/// Calls `group(first)` for each run of [`LANES`](ferrax_kernels::small::simd::LANES) items of
 /// `range` (the small-matrix routines that factor that many matrices at once) and `one(item)`
 /// for the items left over.
 pub(crate) fn by_lanes(
@@ -359,7 +359,7 @@ pub(crate) fn by_lanes(
     mut group: impl FnMut(usize),
     mut one: impl FnMut(usize),
 ) {
-    use ferrax_kernels::small::lanes::LANES;
+    use ferrax_kernels::small::simd::LANES;
     let mut first = range.start;
     while first + LANES <= range.end {
         group(first);

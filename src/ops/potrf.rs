@@ -18,7 +18,7 @@ use crate::ops::{
 };
 use ferrax_cpu_fallback::{Lapack, Potrf};
 use ferrax_kernels::scalar::{Real, Scalar};
-use ferrax_kernels::small::lanes::{self, LANES};
+use ferrax_kernels::small::simd::{self, LANES};
 use ferrax_kernels::small::{potf2, CholeskyArgs, PotrfArgs};
 use std::ffi::{c_char, CStr};
 use std::ops::Range;
@@ -56,9 +56,9 @@ fn expect_shapes(a: &Buffer<'_>, info: &Buffer<'_>) -> Result<MatrixBatch> {
 }
 
 /// Up to this order the CPU handler factors in Rust, [`LANES`] matrices at a time
-/// ([`lanes::potf2`]; [`potf2`] for the rest): there one OpenBLAS
+/// ([`simd::potf2`]; [`potf2`] for the rest): there one OpenBLAS
 /// call costs more than the factorization (per 16×16 f64 matrix, one core: OpenBLAS 470 ns,
-/// `potf2` 740 ns, `lanes::potf2` 376 ns; at 32 OpenBLAS is faster).
+/// `potf2` 740 ns, `simd::potf2` 376 ns; at 32 OpenBLAS is faster).
 pub const CPU_SMALL_MAX: usize = 16;
 
 fn potrf_typed<T: NativeType + Lapack + Scalar>(
@@ -131,7 +131,7 @@ fn factor_range<T: Lapack + Scalar>(
     let group = |first: usize| {
         prepare(first, LANES);
         let mut info = [0; LANES];
-        lanes::potf2(slice(first, LANES), order, lower, &mut info, &mut scratch);
+        simd::potf2(slice(first, LANES), order, lower, &mut info, &mut scratch);
         (0..LANES).for_each(|lane| done(first + lane, info[lane]));
     };
     by_lanes(range, group, one);
@@ -252,7 +252,7 @@ ffi_handler! {
 
 ffi_handler! {
     /// jax's whole `cholesky` on the GPU, on row-major arrays as [`ferrax_cpu_cholesky`]:
-    /// ferrax's kernels (lanes up to 32, a block per matrix up to 48), one pass over memory
+    /// ferrax's kernels (warp kernels up to 32, a block per matrix up to 48), one pass over memory
     /// (`install()` sends larger matrices through jax's steps, i.e. [`ferrax_cuda_potrf`]).
     pub fn ferrax_cuda_cholesky = FUSED_TARGET;
     ctx stream: Stream;

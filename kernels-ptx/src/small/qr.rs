@@ -853,7 +853,7 @@ unsafe fn org2r_block<T: Scalar>(
     }
 }
 
-/// `xGEQR2` with one block per `m×n` matrix (the **block** shape, past the lanes kernels: up
+/// `xGEQR2` with one block per `m×n` matrix (the **block** shape, past the warp kernels: up
 /// to 128 rows and columns as shared memory allows), the matrix in shared memory
 /// ([`geqr2_block`]), so the results equal [`geqr2`] bit for bit.
 ///
@@ -1021,7 +1021,7 @@ pub unsafe fn ormqr_block<T: Scalar>(args: OrmqrArgs<T>) {
     }
 }
 
-/// [`qr_rows`] with one block per matrix (past the lanes kernels, as [`geqrf_block`]): the
+/// [`qr_rows`] with one block per matrix (past the warp kernels, as [`geqrf_block`]): the
 /// row-major matrix staged in, [`geqr2_block`], R staged out, [`org2r_block`] on the same
 /// shared copy, Q staged out.
 ///

@@ -863,12 +863,12 @@ fn trsm_singular_spreads_non_finite_values() {
     assert!(b[0].is_finite() && !b[1].is_finite() && !b[2].is_finite() && !b[3].is_finite());
 }
 
-/// `lanes::getf2` and `lanes::potf2` against the one-matrix routines, bit for bit, on
+/// `simd::getf2` and `simd::potf2` against the one-matrix routines, bit for bit, on
 /// random matrices with special ones mixed in: singular (zero columns, equal rows), NaN, tiny
 /// pivots, and Cholesky failures at different steps in different lanes. `getf2` in both
 /// layouts: row-major matrices give the row-major image of the column-major result.
 fn lanes_match_one_matrix_routines<T: TestScalar>() {
-    use super::lanes::{self, Layout, LANES};
+    use super::simd::{self, Layout, LANES};
     let mut rng = Rng(0x1a2e5);
     for (m, n) in [
         (0, 0),
@@ -887,10 +887,10 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
         if len == 0 {
             let mut info = [7; LANES];
             for layout in [Layout::ColumnMajor, Layout::RowMajor] {
-                lanes::getf2(&mut a, m, n, layout, &mut [], &mut info, &mut []);
+                simd::getf2(&mut a, m, n, layout, &mut [], &mut info, &mut []);
                 assert_eq!(info, [0; LANES]);
             }
-            lanes::potf2(&mut a, 0, true, &mut info, &mut []);
+            simd::potf2(&mut a, 0, true, &mut info, &mut []);
             assert_eq!(info, [0; LANES]);
             continue;
         }
@@ -940,7 +940,7 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
             let mut got = input;
             let (mut ipiv, mut info) = (vec![0; LANES * k], [0; LANES]);
             let mut scratch = vec![T::ZERO; LANES * len];
-            lanes::getf2(&mut got, m, n, layout, &mut ipiv, &mut info, &mut scratch);
+            simd::getf2(&mut got, m, n, layout, &mut ipiv, &mut info, &mut scratch);
             assert_eq!(
                 (info, &ipiv),
                 (expected_info, &expected_ipiv),
@@ -975,7 +975,7 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
             }
             let mut got = a;
             let (mut info, mut scratch) = ([0; LANES], vec![T::ZERO; LANES * len]);
-            lanes::potf2(&mut got, n, lower, &mut info, &mut scratch);
+            simd::potf2(&mut got, n, lower, &mut info, &mut scratch);
             assert_eq!(info, expected_info, "potrf {n} lower {lower}");
             for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
                 assert!(

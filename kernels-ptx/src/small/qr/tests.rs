@@ -298,8 +298,8 @@ const SHAPES: [(u32, u32, u64, u32); 15] = [
     (32, 32, 3, 64),
 ];
 
-/// Past the lanes kernels: the block kernels (whose threads are the plan's, one per column;
-/// the thread counts here serve the lanes orgqr of the wide 17×40's Q).
+/// Past the warp kernels: the block kernels (whose threads are the plan's, one per column;
+/// the thread counts here serve the warp orgqr of the wide 17×40's Q).
 const BLOCK_SHAPES: [(u32, u32, u64, u32); 6] = [
     (33, 33, 3, 64),
     (40, 17, 3, 64),
@@ -493,7 +493,7 @@ fn plans() {
 
 #[test]
 fn block_plans() {
-    // c128 past 16 (no lanes geqrf) and everything past 32: one block per matrix, a thread
+    // c128 past 16 (no warp geqrf) and everything past 32: one block per matrix, a thread
     // per column (rounded up to a warp), the padded matrix and the taus in shared memory.
     let g = geqrf_launch(ScalarKind::C128, 17, 3, 5, HOPPER_SHARED).unwrap();
     assert_eq!(
