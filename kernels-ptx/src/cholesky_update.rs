@@ -37,9 +37,8 @@
 //! 20.7 ms), bound by ~9 us per 32-row hop of the panel chain, not by bandwidth.
 
 use crate::grid;
-use crate::launch::{LaunchConfig, ScalarKind};
-use core::ops::{Add, Div, Mul, Neg, Sub};
-use num_complex::Complex;
+use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig, ScalarKind};
+use crate::scalar::{Real, Scalar, WarpExchange};
 
 /// Columns per panel: one per lane of a warp.
 pub const WARP: usize = 32;
@@ -49,186 +48,12 @@ const SLOT_BYTES: usize = 16;
 /// Default dynamic shared memory limit without an opt-in attribute.
 const SHARED_LIMIT: usize = 48 << 10;
 
-/// f32 and f64, with the few operations the kernel needs on both targets.
-pub trait Real:
-    Copy
-    + PartialOrd
-    + Add<Output = Self>
-    + Sub<Output = Self>
-    + Mul<Output = Self>
-    + Div<Output = Self>
-    + Neg<Output = Self>
-    + Words
-{
-    const ZERO: Self;
-    const ONE: Self;
-    fn sqrt(self) -> Self;
-    /// `self * b + c`, rounded once.
-    fn fma(self, b: Self, c: Self) -> Self;
-    fn abs(self) -> Self;
-}
-
-macro_rules! real {
-    ($t:ident, $sqrt:ident, $fma:ident) => {
-        impl Real for $t {
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            #[inline(always)]
-            fn sqrt(self) -> Self {
-                #[cfg(target_arch = "nvptx64")]
-                return core::$t::math::sqrt(self);
-                #[cfg(not(target_arch = "nvptx64"))]
-                return libm::$sqrt(self);
-            }
-            #[inline(always)]
-            fn fma(self, b: Self, c: Self) -> Self {
-                #[cfg(target_arch = "nvptx64")]
-                return core::$t::math::mul_add(self, b, c);
-                #[cfg(not(target_arch = "nvptx64"))]
-                return libm::$fma(self, b, c);
-            }
-            #[inline(always)]
-            fn abs(self) -> Self {
-                $t::abs(self)
-            }
-        }
-    };
-}
-real!(f32, sqrtf, fmaf);
-real!(f64, sqrt, fma);
-
-/// Values moved between lanes 32 bits at a time (warp shuffles).
-pub trait Words: Copy {
-    fn map_words(self, f: impl FnMut(u32) -> u32) -> Self;
-}
-
-impl Words for u64 {
-    #[inline(always)]
-    fn map_words(self, mut f: impl FnMut(u32) -> u32) -> Self {
-        let lo = f(self as u32) as u64;
-        lo | (f((self >> 32) as u32) as u64) << 32
-    }
-}
-impl Words for f32 {
-    #[inline(always)]
-    fn map_words(self, mut f: impl FnMut(u32) -> u32) -> Self {
-        f32::from_bits(f(self.to_bits()))
-    }
-}
-impl Words for f64 {
-    #[inline(always)]
-    fn map_words(self, f: impl FnMut(u32) -> u32) -> Self {
-        f64::from_bits(self.to_bits().map_words(f))
-    }
-}
-impl<R: Words> Words for Complex<R> {
-    #[inline(always)]
-    fn map_words(self, mut f: impl FnMut(u32) -> u32) -> Self {
-        let re = self.re.map_words(&mut f);
-        Complex::new(re, self.im.map_words(f))
-    }
-}
-
-/// The element types: f32, f64, `Complex<f32>`, `Complex<f64>`.
-pub trait Elem: Words {
-    type Real: Real;
-    const ZERO: Self;
-    fn from_real(r: Self::Real) -> Self;
-    fn re(self) -> Self::Real;
-    fn norm_sqr(self) -> Self::Real;
-    fn scale(self, r: Self::Real) -> Self;
-    /// `self - conj(c) * p`: one step of the residual `s`.
-    fn sub_conj_mul(self, c: Self, p: Self) -> Self;
-    /// `alpha * c + beta * conj(s)`: an updated entry of `R`.
-    fn rotate(c: Self, alpha: Self::Real, beta: Self, s: Self) -> Self;
-}
-
-macro_rules! elem_real {
-    ($t:ident) => {
-        impl Elem for $t {
-            type Real = $t;
-            const ZERO: Self = 0.0;
-            #[inline(always)]
-            fn from_real(r: $t) -> Self {
-                r
-            }
-            #[inline(always)]
-            fn re(self) -> $t {
-                self
-            }
-            #[inline(always)]
-            fn norm_sqr(self) -> $t {
-                self * self
-            }
-            #[inline(always)]
-            fn scale(self, r: $t) -> Self {
-                self * r
-            }
-            #[inline(always)]
-            fn sub_conj_mul(self, c: Self, p: Self) -> Self {
-                (-c).fma(p, self)
-            }
-            #[inline(always)]
-            fn rotate(c: Self, alpha: $t, beta: Self, s: Self) -> Self {
-                beta.fma(s, alpha * c)
-            }
-        }
-    };
-}
-elem_real!(f32);
-elem_real!(f64);
-
-macro_rules! elem_complex {
-    ($t:ident) => {
-        impl Elem for Complex<$t> {
-            type Real = $t;
-            const ZERO: Self = Complex::new(0.0, 0.0);
-            #[inline(always)]
-            fn from_real(r: $t) -> Self {
-                Complex::new(r, 0.0)
-            }
-            #[inline(always)]
-            fn re(self) -> $t {
-                self.re
-            }
-            #[inline(always)]
-            fn norm_sqr(self) -> $t {
-                self.im.fma(self.im, self.re * self.re)
-            }
-            #[inline(always)]
-            fn scale(self, r: $t) -> Self {
-                Complex::new(self.re * r, self.im * r)
-            }
-            #[inline(always)]
-            fn sub_conj_mul(self, c: Self, p: Self) -> Self {
-                // conj(c) p = (c.re p.re + c.im p.im) + i (c.re p.im - c.im p.re)
-                Complex::new(
-                    (-c.im).fma(p.im, (-c.re).fma(p.re, self.re)),
-                    c.im.fma(p.re, (-c.re).fma(p.im, self.im)),
-                )
-            }
-            #[inline(always)]
-            fn rotate(c: Self, alpha: $t, beta: Self, s: Self) -> Self {
-                // beta conj(s) = (b.re s.re + b.im s.im) + i (b.im s.re - b.re s.im)
-                Complex::new(
-                    beta.im.fma(s.im, beta.re.fma(s.re, alpha * c.re)),
-                    (-beta.re).fma(s.im, beta.im.fma(s.re, alpha * c.im)),
-                )
-            }
-        }
-    };
-}
-elem_complex!(f32);
-elem_complex!(f64);
-
 /// Warp-level primitives: shuffles and `bar.warp.sync` on the GPU; on the host, where a test
 /// block is exactly one warp, a shared-memory slot and the block barrier.
 mod warp {
-    use super::Words;
-
     #[cfg(target_arch = "nvptx64")]
     mod imp {
-        use super::Words;
+        use crate::scalar::WarpExchange;
         use core::arch::asm;
 
         #[inline(always)]
@@ -253,7 +78,7 @@ mod warp {
             out
         }
         #[inline(always)]
-        pub unsafe fn broadcast<T: Words>(v: T, src: u32, _slot: *mut u8) -> T {
+        pub unsafe fn broadcast<T: WarpExchange>(v: T, src: u32, _slot: *mut u8) -> T {
             v.map_words(|x| shfl(x, src))
         }
         /// Makes this lane's earlier writes visible GPU-wide before a later flag store.
@@ -298,8 +123,8 @@ mod warp {
 
     #[cfg(not(target_arch = "nvptx64"))]
     mod imp {
-        use super::Words;
         use crate::grid;
+        use crate::scalar::WarpExchange;
         use core::sync::atomic::{fence as atomic_fence, AtomicU32, Ordering};
 
         pub fn lane() -> u32 {
@@ -313,7 +138,7 @@ mod warp {
         pub fn sync() {
             grid::sync_threads()
         }
-        pub unsafe fn broadcast<T: Words>(v: T, src: u32, slot: *mut u8) -> T {
+        pub unsafe fn broadcast<T: WarpExchange>(v: T, src: u32, slot: *mut u8) -> T {
             if lane() == src {
                 slot.cast::<T>().write(v);
             }
@@ -362,7 +187,7 @@ const CHUNK: usize = 8;
 /// Rows `8c..8c+8` of the block column at `base` (row stride `n`); rows past `last`, or all
 /// when `!active`, read as zero.
 #[inline(always)]
-unsafe fn load_chunk<T: Elem>(
+unsafe fn load_chunk<T: Scalar>(
     base: *const T,
     n: usize,
     c: usize,
@@ -384,7 +209,7 @@ unsafe fn load_chunk<T: Elem>(
 /// this lane's column: each entry is rotated with the residual `s`, which then drops the row.
 #[allow(clippy::too_many_arguments)] // all scalars of one inlined step
 #[inline(always)]
-unsafe fn apply_chunk<T: Elem>(
+unsafe fn apply_chunk<T: Scalar>(
     hoist: bool,
     x: &[T; CHUNK],
     base: *mut T,
@@ -413,8 +238,8 @@ unsafe fn apply_chunk<T: Elem>(
             let row = c * CHUNK + m;
             if row < end {
                 let (p, alpha, beta) = k[m];
-                *base.add(row * n) = T::rotate(x[m], alpha, beta, *s);
-                *s = s.sub_conj_mul(x[m], p);
+                *base.add(row * n) = T::fused_rotate(x[m], alpha, beta, *s);
+                *s = s.fused_sub_conj_mul(x[m], p);
             }
         });
     } else {
@@ -422,8 +247,8 @@ unsafe fn apply_chunk<T: Elem>(
             let row = c * CHUNK + m;
             if row < end {
                 let (p, alpha, beta) = load(row);
-                *base.add(row * n) = T::rotate(x[m], alpha, beta, *s);
-                *s = s.sub_conj_mul(x[m], p);
+                *base.add(row * n) = T::fused_rotate(x[m], alpha, beta, *s);
+                *s = s.fused_sub_conj_mul(x[m], p);
             }
         });
     }
@@ -432,7 +257,7 @@ unsafe fn apply_chunk<T: Elem>(
 /// Applies rows `0..end` of a 32-row block (coefficients at `coef`) to this lane's column,
 /// streaming chunks; `first` is chunk 0, already loaded.
 #[inline(always)]
-unsafe fn apply_block<T: Elem>(
+unsafe fn apply_block<T: Scalar>(
     hoist: bool,
     first: [T; CHUNK],
     base: *mut T,
@@ -456,7 +281,7 @@ unsafe fn apply_block<T: Elem>(
 /// The residual update of a full 32-row block alone (as [`apply_block`] does it, without the
 /// rotations and their stores); `first` is chunk 0, already loaded.
 #[inline(always)]
-unsafe fn residual_block<T: Elem>(
+unsafe fn residual_block<T: Scalar>(
     first: [T; CHUNK],
     base: *const T,
     n: usize,
@@ -475,7 +300,7 @@ unsafe fn residual_block<T: Elem>(
             p[m] = *coef.add(3 * (c * CHUNK + m));
         });
         unroll!(m in [0 1 2 3 4 5 6 7] => {
-            *s = s.sub_conj_mul(cur[m], p[m]);
+            *s = s.fused_sub_conj_mul(cur[m], p[m]);
         });
         cur = next;
     }
@@ -553,7 +378,7 @@ pub const fn coefficients_len(n: usize) -> usize {
 // The unrolled loops' last residual update is never read.
 #[allow(unused_assignments)]
 #[inline(always)]
-unsafe fn panel<T: Elem, X: Exchange>(
+unsafe fn panel<T: Scalar, X: Exchange>(
     r: *mut T,
     w: *const T,
     n: usize,
@@ -629,12 +454,12 @@ unsafe fn panel<T: Elem, X: Exchange>(
                 my_p = p;
                 t0sq = tsq;
             }
-            tsq = tsq + p.norm_sqr();
+            tsq = tsq + p.fused_norm_sqr();
             if l == row {
                 t1sq = tsq;
             }
             if row < l {
-                s = s.sub_conj_mul(cur[m], p);
+                s = s.fused_sub_conj_mul(cur[m], p);
             }
         });
         cur = next;
@@ -682,6 +507,20 @@ unsafe fn panel<T: Elem, X: Exchange>(
     }
 }
 
+kernel_args! {
+    /// The arguments of every rank-1 update entry (`small`, `large`, `grouped`): `R'` in place
+    /// of the `batch` `n×n` matrices `r` and the vectors `w` (overwritten).
+    pub struct CholeskyUpdateArgs<T> {
+        pub r: *mut T,
+        pub w: *mut T,
+        pub n: u32,
+        pub batch: u64,
+        /// [`large`]'s [`large_scratch_bytes`] zeroed bytes; the other kernels take none and
+        /// ignore it (null).
+        pub scratch: *mut u8,
+    }
+}
+
 /// Shared memory of a `small` block: the host broadcast slot, then each warp's coefficients
 /// (16-byte aligned).
 pub const fn small_shared_bytes(kind: ScalarKind, n: u32, warps_per_block: u32) -> usize {
@@ -708,7 +547,8 @@ pub const fn large_scratch_bytes(kind: ScalarKind, n: u32, batch: u64) -> usize 
 /// `r` and `w` hold `batch` contiguous `n x n` matrices and `n`-vectors; the launch has
 /// blocks of a multiple of 32 threads and the shared memory of [`small_shared_bytes`].
 #[inline(always)]
-pub unsafe fn small<T: Elem>(r: *mut T, w: *mut T, n: u32, batch: u64) {
+pub unsafe fn small<T: Scalar>(args: CholeskyUpdateArgs<T>) {
+    let CholeskyUpdateArgs { r, w, n, batch, .. } = args;
     let n = n as usize;
     if n == 0 {
         return;
@@ -739,7 +579,14 @@ pub unsafe fn small<T: Elem>(r: *mut T, w: *mut T, n: u32, batch: u64) {
 /// As [`small`], plus `scratch` as above and blocks of a multiple of 32 threads with at least
 /// 16 bytes of shared memory.
 #[inline(always)]
-pub unsafe fn large<T: Elem>(r: *mut T, w: *mut T, n: u32, batch: u64, scratch: *mut u8) {
+pub unsafe fn large<T: Scalar>(args: CholeskyUpdateArgs<T>) {
+    let CholeskyUpdateArgs {
+        r,
+        w,
+        n,
+        batch,
+        scratch,
+    } = args;
     let n = n as usize;
     if n == 0 || batch == 0 {
         return;
@@ -779,7 +626,7 @@ pub unsafe fn large<T: Elem>(r: *mut T, w: *mut T, n: u32, batch: u64, scratch: 
 
 /// `T`, moved between lanes one 32-bit word at a time.
 #[inline(always)]
-fn shfl<T: Words>(v: T, src: u32) -> T {
+fn shfl<T: WarpExchange>(v: T, src: u32) -> T {
     v.map_words(|x| grid::shfl(x, src))
 }
 
@@ -797,7 +644,8 @@ pub const GROUPS: [usize; 4] = [4, 8, 16, 32];
 // The unrolled loops' last residual update is never read.
 #[allow(unused_assignments)]
 #[inline(always)]
-pub unsafe fn grouped<T: Elem, const G: usize>(r: *mut T, w: *mut T, n: u32, batch: u64) {
+pub unsafe fn grouped<T: Scalar, const G: usize>(args: CholeskyUpdateArgs<T>) {
+    let CholeskyUpdateArgs { r, w, n, batch, .. } = args;
     let n = n as usize;
     if n == 0 || n > G {
         return;
@@ -842,12 +690,12 @@ pub unsafe fn grouped<T: Elem, const G: usize>(r: *mut T, w: *mut T, n: u32, bat
                     my_p = p;
                     t0sq = tsq;
                 }
-                tsq = tsq + p.norm_sqr();
+                tsq = tsq + p.fused_norm_sqr();
                 if l == i {
                     t1sq = tsq;
                 }
                 if i < l {
-                    s = s.sub_conj_mul(x[i], p);
+                    s = s.fused_sub_conj_mul(x[i], p);
                 }
             }
         });
@@ -869,8 +717,8 @@ pub unsafe fn grouped<T: Elem, const G: usize>(r: *mut T, w: *mut T, n: u32, bat
                 let src = lead + i as u32;
                 let (p, alpha, gamma) = (shfl(my_p, src), shfl(alpha, src), shfl(gamma, src));
                 if active && i < l {
-                    *col.add(i * nn) = T::rotate(x[i], alpha, p.scale(gamma), s);
-                    s = s.sub_conj_mul(x[i], p);
+                    *col.add(i * nn) = T::fused_rotate(x[i], alpha, p.scale(gamma), s);
+                    s = s.fused_sub_conj_mul(x[i], p);
                 }
             }
         });
@@ -882,47 +730,37 @@ pub unsafe fn grouped<T: Elem, const G: usize>(r: *mut T, w: *mut T, n: u32, bat
     }
 }
 
-const SMALL: [&str; 4] = [
-    "ferrax_cholesky_update_small_f32",
-    "ferrax_cholesky_update_small_f64",
-    "ferrax_cholesky_update_small_c64",
-    "ferrax_cholesky_update_small_c128",
-];
-/// [`grouped`] entries by group width (as [`GROUPS`]), then scalar kind.
-const GROUPED: [[&str; 4]; 4] = [
-    [
-        "ferrax_cholesky_update_g4_f32",
-        "ferrax_cholesky_update_g4_f64",
-        "ferrax_cholesky_update_g4_c64",
-        "ferrax_cholesky_update_g4_c128",
-    ],
-    [
-        "ferrax_cholesky_update_g8_f32",
-        "ferrax_cholesky_update_g8_f64",
-        "ferrax_cholesky_update_g8_c64",
-        "ferrax_cholesky_update_g8_c128",
-    ],
-    [
-        "ferrax_cholesky_update_g16_f32",
-        "ferrax_cholesky_update_g16_f64",
-        "ferrax_cholesky_update_g16_c64",
-        "ferrax_cholesky_update_g16_c128",
-    ],
-    [
-        "ferrax_cholesky_update_g32_f32",
-        "ferrax_cholesky_update_g32_f64",
-        "ferrax_cholesky_update_g32_c64",
-        "ferrax_cholesky_update_g32_c128",
-    ],
-];
+/// The update kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// [`small`]: one warp per matrix.
+    Small,
+    /// [`large`]: a matrix's panels spread over warps.
+    Large,
+    /// [`grouped`] with `G` lanes per matrix (one of [`GROUPS`]).
+    Grouped(u32),
+}
+
+kernel_entries! {
+    /// `ferrax_cholesky_update_<kernel>_<dtype>`, `g<G>` for [`Kernel::Grouped`]`(G)`.
+    pub const ENTRIES: Kernels<(ScalarKind, Kernel), CholeskyUpdateArgs<_>>;
+    names [cholesky_update] variant dtype;
+    variants {
+        small => (Kernel::Small, small),
+        large => (Kernel::Large, large),
+        g4 => (Kernel::Grouped(4), grouped::<_, 4>),
+        g8 => (Kernel::Grouped(8), grouped::<_, 8>),
+        g16 => (Kernel::Grouped(16), grouped::<_, 16>),
+        g32 => (Kernel::Grouped(32), grouped::<_, 32>),
+    }
+    f32: small large g4 g8 g16 g32;
+    f64: small large g4 g8 g16 g32;
+    c64: small large g4 g8 g16 g32;
+    c128: small large g4 g8 g16 g32;
+}
+
 /// Threads per [`grouped`] block.
 const GROUPED_BLOCK: u32 = 128;
-const LARGE: [&str; 4] = [
-    "ferrax_cholesky_update_large_f32",
-    "ferrax_cholesky_update_large_f64",
-    "ferrax_cholesky_update_large_c64",
-    "ferrax_cholesky_update_large_c128",
-];
 
 /// The launch for `batch` updates of order `n` on a device with `multiprocessors` SMs, and
 /// the scratch bytes to zero before it. `n <= 32` takes `grouped` (G lanes per matrix);
@@ -933,7 +771,12 @@ pub fn launch_config(
     n: u32,
     batch: u64,
     multiprocessors: u32,
-) -> (LaunchConfig, usize) {
+) -> (LaunchConfig<CholeskyUpdateArgs<AnyElement>>, usize) {
+    let launch = |kernel, grid: u64, block: u32, shared: usize| {
+        ENTRIES
+            .launch((kind, kernel), grid as u32, block, shared as u32)
+            .expect("every kernel has an entry per dtype")
+    };
     let sms = multiprocessors.max(1) as u64;
     if let Some(g) = GROUPS.iter().position(|&g| n as usize <= g) {
         let per_block = (GROUPED_BLOCK as usize / GROUPS[g]) as u64;
@@ -941,12 +784,7 @@ pub fn launch_config(
         let blocks = batch
             .div_ceil(per_block)
             .clamp(1, 64 * 32 / GROUPED_BLOCK as u64 * sms);
-        let config = LaunchConfig {
-            kernel: GROUPED[g][kind.index()],
-            grid: blocks as u32,
-            block: GROUPED_BLOCK,
-            shared_bytes: 0,
-        };
+        let config = launch(Kernel::Grouped(GROUPS[g] as u32), blocks, GROUPED_BLOCK, 0);
         return (config, 0);
     }
     let fits_small = small_shared_bytes(kind, n, 1) <= SHARED_LIMIT;
@@ -956,22 +794,22 @@ pub fn launch_config(
             .find(|&k| small_shared_bytes(kind, n, k) <= SHARED_LIMIT)
             .unwrap_or(1);
         let warps = batch.clamp(1, 64 * sms);
-        let config = LaunchConfig {
-            kernel: SMALL[kind.index()],
-            grid: warps.div_ceil(warps_per_block as u64) as u32,
-            block: warps_per_block * WARP as u32,
-            shared_bytes: small_shared_bytes(kind, n, warps_per_block) as u32,
-        };
+        let config = launch(
+            Kernel::Small,
+            warps.div_ceil(warps_per_block as u64),
+            warps_per_block * WARP as u32,
+            small_shared_bytes(kind, n, warps_per_block),
+        );
         return (config, 0);
     }
     let tickets = batch * (n as u64).div_ceil(WARP as u64);
     let warps = tickets.clamp(1, 16 * sms);
-    let config = LaunchConfig {
-        kernel: LARGE[kind.index()],
-        grid: warps.div_ceil(4) as u32,
-        block: 4 * WARP as u32,
-        shared_bytes: SLOT_BYTES as u32,
-    };
+    let config = launch(
+        Kernel::Large,
+        warps.div_ceil(4),
+        4 * WARP as u32,
+        SLOT_BYTES,
+    );
     (config, large_scratch_bytes(kind, n, batch))
 }
 
@@ -979,6 +817,7 @@ pub fn launch_config(
 mod tests {
     extern crate std;
     use super::*;
+    use num_complex::Complex;
     use std::vec::Vec;
 
     /// xorshift64 draws in [-1, 1), never zero in practice.
@@ -993,14 +832,12 @@ mod tests {
     }
 
     /// Test-side view of the element types, in c128 for the reference arithmetic.
-    trait TestElem: Elem + Send + Sync + 'static {
-        const COMPLEX: bool;
+    trait TestElem: Scalar + Send + Sync + 'static {
         const EPS: f64;
         fn make(re: f64, im: f64) -> Self;
         fn wide(self) -> Complex<f64>;
     }
     impl TestElem for f32 {
-        const COMPLEX: bool = false;
         const EPS: f64 = f32::EPSILON as f64;
         fn make(re: f64, _: f64) -> Self {
             re as f32
@@ -1010,7 +847,6 @@ mod tests {
         }
     }
     impl TestElem for f64 {
-        const COMPLEX: bool = false;
         const EPS: f64 = f64::EPSILON;
         fn make(re: f64, _: f64) -> Self {
             re
@@ -1020,7 +856,6 @@ mod tests {
         }
     }
     impl TestElem for Complex<f32> {
-        const COMPLEX: bool = true;
         const EPS: f64 = f32::EPSILON as f64;
         fn make(re: f64, im: f64) -> Self {
             Complex::new(re as f32, im as f32)
@@ -1030,7 +865,6 @@ mod tests {
         }
     }
     impl TestElem for Complex<f64> {
-        const COMPLEX: bool = true;
         const EPS: f64 = f64::EPSILON;
         fn make(re: f64, im: f64) -> Self {
             Complex::new(re, im)
@@ -1095,64 +929,56 @@ mod tests {
         g
     }
 
-    struct Ptr<T>(*mut T);
-    unsafe impl<T> Send for Ptr<T> {}
-    unsafe impl<T> Sync for Ptr<T> {}
-    impl<T> Ptr<T> {
-        // A method, so closures capture the whole (Sync) wrapper rather than its field.
-        fn get(&self) -> *mut T {
-            self.0
-        }
-    }
-
     fn norm(z: Complex<f64>) -> f64 {
         z.norm_sqr().sqrt()
     }
 
-    #[derive(Clone, Copy, Debug)]
-    enum Kernel {
-        Small,
-        Large,
-        /// [`grouped`] of this width, on 2 blocks of 2 warps (the batch grid-strides).
-        Grouped(usize),
+    /// `kernel` on `r` and `w` through its host entry: [`Kernel::Small`] and
+    /// [`Kernel::Large`] on 2 blocks of one warp, [`Kernel::Grouped`] on 2 blocks of 2 warps
+    /// (the batch grid-strides).
+    fn launch<T: TestElem>(
+        kernel: Kernel,
+        kind: ScalarKind,
+        (grid, block): (u32, u32),
+        r: &mut [T],
+        w: &mut [T],
+        n: u32,
+        batch: u64,
+    ) {
+        let mut scratch = std::vec![0u128; large_scratch_bytes(kind, n, batch).div_ceil(16) + 1];
+        let shared = match kernel {
+            Kernel::Small => small_shared_bytes(kind, n, 1),
+            Kernel::Large => SLOT_BYTES,
+            Kernel::Grouped(_) => 0,
+        };
+        let args = CholeskyUpdateArgs {
+            r: r.as_mut_ptr(),
+            w: w.as_mut_ptr(),
+            n,
+            batch,
+            scratch: match kernel {
+                Kernel::Large => scratch.as_mut_ptr().cast::<u8>(),
+                _ => core::ptr::null_mut(),
+            },
+        };
+        let name = ENTRIES.name((kind, kernel)).unwrap();
+        unsafe { crate::launch::run_on_host(name, grid, block, shared, args) };
     }
 
     fn run<T: TestElem>(kernel: Kernel, n: usize, batch: usize, seed: u64) {
         let (r0, w0) = inputs::<T>(n, batch, seed);
         let (mut r, mut w) = (r0.clone(), w0.clone());
-        let (rp, wp) = (Ptr(r.as_mut_ptr()), Ptr(w.as_mut_ptr()));
         let kind = match (T::COMPLEX, T::EPS == f64::EPSILON) {
             (false, false) => ScalarKind::F32,
             (false, true) => ScalarKind::F64,
             (true, false) => ScalarKind::C64,
             (true, true) => ScalarKind::C128,
         };
-        let (n32, b64) = (n as u32, batch as u64);
-        match kernel {
-            Kernel::Large => {
-                let mut scratch =
-                    std::vec![0u128; large_scratch_bytes(kind, n32, b64).div_ceil(16)];
-                let sp = Ptr(scratch.as_mut_ptr().cast::<u8>());
-                grid::launch(2, 32, SLOT_BYTES, || unsafe {
-                    large::<T>(rp.get(), wp.get(), n32, b64, sp.get())
-                });
-            }
-            Kernel::Small => {
-                grid::launch(2, 32, small_shared_bytes(kind, n32, 1), || unsafe {
-                    small::<T>(rp.get(), wp.get(), n32, b64)
-                });
-            }
-            Kernel::Grouped(g) => grid::launch(2, 64, 0, || unsafe {
-                let (r, w) = (rp.get(), wp.get());
-                match g {
-                    4 => grouped::<T, 4>(r, w, n32, b64),
-                    8 => grouped::<T, 8>(r, w, n32, b64),
-                    16 => grouped::<T, 16>(r, w, n32, b64),
-                    32 => grouped::<T, 32>(r, w, n32, b64),
-                    _ => unreachable!("group width {g}"),
-                }
-            }),
-        }
+        let shape = match kernel {
+            Kernel::Grouped(_) => (2, 64),
+            _ => (2, 32),
+        };
+        launch(kernel, kind, shape, &mut r, &mut w, n as u32, batch as u64);
         let tol = 50.0 * T::EPS;
         for b in 0..batch {
             let m = b * n * n;
@@ -1238,7 +1064,7 @@ mod tests {
     fn grouped_kernel_handles_every_order_up_to_its_width() {
         for n in 1..=32 {
             let g = GROUPS.into_iter().find(|&g| n <= g).unwrap();
-            run::<f64>(Kernel::Grouped(g), n, 3, 0x1234 ^ n as u64);
+            run::<f64>(Kernel::Grouped(g as u32), n, 3, 0x1234 ^ n as u64);
         }
     }
 
@@ -1260,31 +1086,10 @@ mod tests {
                     r[i * n + j] = -r[i * n + j];
                 }
             }
-            let (rp, wp) = (Ptr(r.as_mut_ptr()), Ptr(w.as_mut_ptr()));
-            let mut scratch =
-                std::vec![0u128; large_scratch_bytes(ScalarKind::F64, n as u32, 1) / 16 + 1];
-            let sp = Ptr(scratch.as_mut_ptr().cast::<u8>());
-            grid::launch(
-                1,
-                32,
-                small_shared_bytes(ScalarKind::F64, n as u32, 1),
-                || unsafe {
-                    let (r, w, n) = (rp.get(), wp.get(), n as u32);
-                    match kernel {
-                        Kernel::Large => large::<f64>(r, w, n, 1, sp.get()),
-                        Kernel::Small => small::<f64>(r, w, n, 1),
-                        Kernel::Grouped(8) => grouped::<f64, 8>(r, w, n, 1),
-                        Kernel::Grouped(_) => grouped::<f64, 32>(r, w, n, 1),
-                    }
-                },
-            );
-            let (ep, wep) = (Ptr(expected.as_mut_ptr()), Ptr(w_expected.as_mut_ptr()));
-            grid::launch(
-                1,
-                32,
-                small_shared_bytes(ScalarKind::F64, n as u32, 1),
-                || unsafe { small::<f64>(ep.get(), wep.get(), n as u32, 1) },
-            );
+            let f64 = ScalarKind::F64;
+            launch(kernel, f64, (1, 32), &mut r, &mut w, n as u32, 1);
+            let (e, we) = (&mut expected, &mut w_expected);
+            launch(Kernel::Small, f64, (1, 32), e, we, n as u32, 1);
             for (i, (x, y)) in r.iter().zip(&expected).enumerate() {
                 assert!((x - y).abs() <= 1e-13, "{i}: {x} vs {y}");
             }
@@ -1295,18 +1100,16 @@ mod tests {
     fn empty_inputs_are_harmless() {
         let mut r = [1.0f64; 4];
         let mut w = [1.0f64; 2];
-        let (rp, wp) = (Ptr(r.as_mut_ptr()), Ptr(w.as_mut_ptr()));
-        let mut scratch = [0u128; 4];
-        let sp = Ptr(scratch.as_mut_ptr().cast::<u8>());
-        grid::launch(1, 32, 64, || unsafe {
-            small::<f64>(rp.get(), wp.get(), 0, 3);
-            small::<f64>(rp.get(), wp.get(), 2, 0);
-            large::<f64>(rp.get(), wp.get(), 0, 3, sp.get());
-            large::<f64>(rp.get(), wp.get(), 2, 0, sp.get());
-            grouped::<f64, 4>(rp.get(), wp.get(), 0, 3);
-            grouped::<f64, 4>(rp.get(), wp.get(), 2, 0);
-            grouped::<f64, 32>(rp.get(), wp.get(), 2, 0);
-        });
+        for kernel in [
+            Kernel::Small,
+            Kernel::Large,
+            Kernel::Grouped(4),
+            Kernel::Grouped(32),
+        ] {
+            for (n, batch) in [(0, 3), (2, 0)] {
+                launch(kernel, ScalarKind::F64, (1, 32), &mut r, &mut w, n, batch);
+            }
+        }
         assert_eq!((r, w), ([1.0; 4], [1.0; 2]));
     }
 

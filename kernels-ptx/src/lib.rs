@@ -2,8 +2,10 @@
 //!
 //! Everything here is `no_std`, allocation-free and works on slices or raw pointers, so the
 //! same code is unit-tested on the host and compiled for `nvptx64-nvidia-cuda`. Kernel bodies
-//! read their position through [`grid`]; the `extern "ptx-kernel"` entry points live in `gpu`
-//! (nvptx only), each a thin call into a host-testable body.
+//! read their position through [`grid`]. Each kernel family declares its argument struct and
+//! its entry points next to its plans, with the macros of [`launch`]: on nvptx the
+//! `extern "ptx-kernel"` entries, each a call into a host-testable body, and on the host the
+//! same entries run on the grid emulator.
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",
@@ -16,15 +18,13 @@ pub mod launch;
 pub mod pivots;
 pub mod pointers;
 pub mod relayout;
+pub mod scalar;
 pub mod small;
 pub mod threefry;
 pub mod tridiagonal;
 
 #[cfg(test)]
 mod test_buffer;
-
-#[cfg(target_arch = "nvptx64")]
-mod gpu;
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

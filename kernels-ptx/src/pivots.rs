@@ -4,7 +4,7 @@ use crate::grid::{
     ballot, block_dim_x, block_idx_x, dynamic_shared, global_idx_x, grid_dim_x, grid_size_x,
     opaque, redux_add, sync_threads, thread_idx_x,
 };
-use crate::launch::LaunchConfig;
+use crate::launch::{kernel_args, kernel_entries, LaunchConfig};
 
 /// Writes into `permutation` the row order produced by applying the swaps `i <-> pivots[i]`
 /// in turn to the identity. Pivots outside `0..permutation.len()` (never produced by a
@@ -134,6 +134,19 @@ unsafe fn stage_out(dst: *mut i32, count: u32, get: impl Fn(u32) -> i32) {
     }
 }
 
+kernel_args! {
+    /// The arguments of every `ferrax_lu_pivots_to_permutation` entry: `batch` rows of `k`
+    /// row swaps (0-based, as [`pivots_to_permutation`]) into `batch` permutations of `size`
+    /// entries.
+    pub struct PivotsArgs {
+        pub pivots: *const i32,
+        pub permutation: *mut i32,
+        pub batch: u64,
+        pub k: u32,
+        pub size: u32,
+    }
+}
+
 /// Body of `ferrax_lu_pivots_to_permutation`, for many small matrices: each block stages the
 /// pivots of `block_dim` consecutive matrices in shared memory (coalesced reads), each thread
 /// permutes one matrix there, and the block writes the permutations back (coalesced writes).
@@ -142,13 +155,14 @@ unsafe fn stage_out(dst: *mut i32, count: u32, get: impl Fn(u32) -> i32) {
 /// # Safety
 /// `pivots` must hold `batch * k` words and `permutation` `batch * size` writable words.
 #[inline(always)]
-pub unsafe fn batched_kernel(
-    pivots: *const i32,
-    permutation: *mut i32,
-    batch: u64,
-    k: u32,
-    size: u32,
-) {
+pub unsafe fn batched_kernel(args: PivotsArgs) {
+    let PivotsArgs {
+        pivots,
+        permutation,
+        batch,
+        k,
+        size,
+    } = args;
     if byte_slots(size) {
         batched_rows::<u8>(pivots, permutation, batch, k, size)
     } else {
@@ -236,13 +250,14 @@ const ITEMS: usize = 20;
 /// # Safety
 /// As [`batched_kernel`].
 #[inline(always)]
-pub unsafe fn large_kernel(
-    pivots: *const i32,
-    permutation: *mut i32,
-    batch: u64,
-    k: u32,
-    size: u32,
-) {
+pub unsafe fn large_kernel(args: PivotsArgs) {
+    let PivotsArgs {
+        pivots,
+        permutation,
+        batch,
+        k,
+        size,
+    } = args;
     let (t, threads) = (thread_idx_x(), block_dim_x());
     // Words 0..3: `changed` flags of the pointer jumping's rounds (one written, one read, one
     // reset per round); word 3: some pivot points backwards; words 4..36: the sort's warp
@@ -498,13 +513,14 @@ pub fn large_shared_bytes(k: u32, size: u32) -> u64 {
 /// # Safety
 /// As [`batched_kernel`].
 #[inline(always)]
-pub unsafe fn global_kernel(
-    pivots: *const i32,
-    permutation: *mut i32,
-    batch: u64,
-    k: u32,
-    size: u32,
-) {
+pub unsafe fn global_kernel(args: PivotsArgs) {
+    let PivotsArgs {
+        pivots,
+        permutation,
+        batch,
+        k,
+        size,
+    } = args;
     let mut m = global_idx_x();
     while m < batch {
         let src = core::slice::from_raw_parts(pivots.add((m * u64::from(k)) as usize), k as usize);
@@ -523,46 +539,56 @@ const SHARED_DEFAULT: u64 = 48 << 10;
 /// `k.min(size) + size` words in this many bytes ([`ITEMS`] per thread).
 const LARGE_SHARED_MAX: u64 = 160 << 10;
 
+/// The kernels of `lu_pivots_to_permutation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PivotsKernel {
+    /// [`batched_kernel`]: many small matrices a block.
+    Batched,
+    /// [`large_kernel`]: one matrix a block.
+    Large,
+    /// [`global_kernel`]: one thread a matrix, in global memory.
+    Global,
+}
+
+kernel_entries! {
+    pub const ENTRIES: Kernels<PivotsKernel, PivotsArgs>;
+    (PivotsKernel::Batched) [lu_pivots_to_permutation]: PivotsArgs = batched_kernel;
+    (PivotsKernel::Large) [lu_pivots_to_permutation large]: PivotsArgs = large_kernel;
+    (PivotsKernel::Global) [lu_pivots_to_permutation global]: PivotsArgs = global_kernel;
+}
+
+fn launch(kernel: PivotsKernel, grid: u32, block: u32, shared: u64) -> LaunchConfig<PivotsArgs> {
+    ENTRIES
+        .launch(kernel, grid, block, shared as u32)
+        .expect("every kernel has an entry")
+}
+
 /// The launch of `lu_pivots_to_permutation` for `batch` matrices of `k` pivots and
 /// permutations of length `size`: the batched kernel while 32 matrices fit in 48 KiB of shared
 /// memory, else one block per matrix while it fits in [`LARGE_SHARED_MAX`] and `max_shared`
 /// bytes (the device's opt-in limit per block: 227 KiB on Hopper, 163 KiB on A100, 99 KiB on
-/// Ada; the host opts in above 48 KiB), else one thread per matrix in global memory. All
-/// three kernels take the same parameters.
+/// Ada; the host opts in above 48 KiB), else one thread per matrix in global memory.
 pub fn launch_config(
     batch: u64,
     k: u32,
     size: u32,
     multiprocessors: u32,
     max_shared: usize,
-) -> LaunchConfig {
+) -> LaunchConfig<PivotsArgs> {
     let blocks = |n: u64| n.clamp(1, 32 * u64::from(multiprocessors.max(1))) as u32;
     for per_block in [128, 64, 32] {
         let shared = batched_shared_bytes(per_block, k, size);
         if shared <= SHARED_DEFAULT {
-            return LaunchConfig {
-                kernel: "ferrax_lu_pivots_to_permutation",
-                grid: blocks(batch.div_ceil(u64::from(per_block))),
-                block: per_block,
-                shared_bytes: shared as u32,
-            };
+            let grid = blocks(batch.div_ceil(u64::from(per_block)));
+            return launch(PivotsKernel::Batched, grid, per_block, shared);
         }
     }
     let shared = large_shared_bytes(k, size);
     if shared <= LARGE_SHARED_MAX.min(max_shared as u64) {
-        LaunchConfig {
-            kernel: "ferrax_lu_pivots_to_permutation_large",
-            grid: blocks(batch),
-            block: size.next_multiple_of(32).clamp(32, 1024),
-            shared_bytes: shared as u32,
-        }
+        let block = size.next_multiple_of(32).clamp(32, 1024);
+        launch(PivotsKernel::Large, blocks(batch), block, shared)
     } else {
-        LaunchConfig {
-            kernel: "ferrax_lu_pivots_to_permutation_global",
-            grid: blocks(batch.div_ceil(128)),
-            block: 128,
-            shared_bytes: 0,
-        }
+        launch(PivotsKernel::Global, blocks(batch.div_ceil(128)), 128, 0)
     }
 }
 
@@ -596,15 +622,14 @@ mod tests {
 
     extern crate std;
     use crate::grid::launch;
+    use crate::launch::run_on_host;
     use crate::test_buffer::Buffer;
     use std::vec::Vec;
 
-    type Body = unsafe fn(*const i32, *mut i32, u64, u32, u32);
-
-    /// `body` run on `batch` matrices as a `grid` x `block` launch, against the host function.
+    /// `kernel` run on `batch` matrices as a `grid` x `block` launch, against the host function.
     #[allow(clippy::too_many_arguments)]
     fn check(
-        body: Body,
+        kernel: PivotsKernel,
         shared_bytes: u64,
         pivots: &[i32],
         batch: usize,
@@ -620,9 +645,15 @@ mod tests {
         let mut input = Buffer::new(pivots, offset);
         let mut output = Buffer::new(&std::vec![-7; batch * size], offset);
         let (src, dst) = (input.ptr(), output.ptr());
-        launch(grid, block, shared_bytes as usize, || unsafe {
-            body(src as _, dst as _, batch as u64, k as u32, size as u32)
-        });
+        let args = PivotsArgs {
+            pivots: src as _,
+            permutation: dst as _,
+            batch: batch as u64,
+            k: k as u32,
+            size: size as u32,
+        };
+        let name = ENTRIES.name(kernel).unwrap();
+        unsafe { run_on_host(name, grid, block, shared_bytes as usize, args) };
         assert_eq!(
             output.as_mut_slice(),
             &want[..],
@@ -701,7 +732,7 @@ mod tests {
                 for (shape, offset) in [((2, 32), 0), ((1, 64), 1), ((3, 32), 0)] {
                     let shared = batched_shared_bytes(shape.1, k as u32, size as u32);
                     check(
-                        batched_kernel,
+                        PivotsKernel::Batched,
                         shared,
                         &pivots,
                         batch,
@@ -735,7 +766,16 @@ mod tests {
                 let pivots = pivot_rows(batch, k, size, kind, &mut rng);
                 for (shape, offset) in [((2, 32), 0), ((1, 64), 1), ((3, 96), 0)] {
                     let shared = large_shared_bytes(k as u32, size as u32);
-                    check(large_kernel, shared, &pivots, batch, k, size, shape, offset);
+                    check(
+                        PivotsKernel::Large,
+                        shared,
+                        &pivots,
+                        batch,
+                        k,
+                        size,
+                        shape,
+                        offset,
+                    );
                 }
             }
         }
@@ -756,7 +796,16 @@ mod tests {
             for kind in 0..5 {
                 let pivots = pivot_rows(2, k, size, kind, &mut rng);
                 let shared = large_shared_bytes(k as u32, size as u32);
-                check(large_kernel, shared, &pivots, 2, k, size, (1, threads), 0);
+                check(
+                    PivotsKernel::Large,
+                    shared,
+                    &pivots,
+                    2,
+                    k,
+                    size,
+                    (1, threads),
+                    0,
+                );
             }
         }
     }
@@ -789,7 +838,7 @@ mod tests {
         let (batch, k, size) = (9, 20, 25);
         for kind in 0..5 {
             let pivots = pivot_rows(batch, k, size, kind, &mut rng);
-            check(global_kernel, 0, &pivots, batch, k, size, (2, 3), 0);
+            check(PivotsKernel::Global, 0, &pivots, batch, k, size, (2, 3), 0);
         }
     }
 

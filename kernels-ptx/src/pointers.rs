@@ -3,13 +3,31 @@
 //! on the call's stream, so the host never waits for the device to fill them.
 
 use crate::grid::{global_idx_x, grid_size_x};
-use crate::launch::LaunchConfig;
+use crate::launch::{kernel_args, kernel_entries, LaunchConfig};
+
+kernel_args! {
+    /// The arguments of `ferrax_batch_pointers`: `pointers[i] = base + i·stride` (addresses in
+    /// bytes) for `i < count`.
+    pub struct BatchPointersArgs {
+        pub pointers: *mut u64,
+        pub base: u64,
+        pub stride: u64,
+        pub count: u64,
+    }
+}
 
 /// `pointers[i] = base + i·stride` (addresses in bytes) for `i < count`.
 ///
 /// # Safety
 /// `pointers` holds `count` words.
-pub unsafe fn batch_pointers_kernel(pointers: *mut u64, base: u64, stride: u64, count: u64) {
+#[inline(always)]
+pub unsafe fn batch_pointers_kernel(args: BatchPointersArgs) {
+    let BatchPointersArgs {
+        pointers,
+        base,
+        stride,
+        count,
+    } = args;
     let mut i = global_idx_x();
     while i < count {
         *pointers.add(i as usize) = base + i * stride;
@@ -22,21 +40,24 @@ const BLOCK: u32 = 256;
 /// keep the copy engines' bandwidth for an array this small.
 const MAX_GRID: u64 = 1024;
 
+kernel_entries! {
+    pub const BATCH_POINTERS: Kernels<(), BatchPointersArgs>;
+    (()) [batch_pointers]: BatchPointersArgs = batch_pointers_kernel;
+}
+
 /// The launch of `ferrax_batch_pointers` for `count` pointers.
-pub fn batch_pointers_launch(count: u64) -> LaunchConfig {
-    LaunchConfig {
-        kernel: "ferrax_batch_pointers",
-        grid: count.div_ceil(BLOCK as u64).min(MAX_GRID) as u32,
-        block: BLOCK,
-        shared_bytes: 0,
-    }
+pub fn batch_pointers_launch(count: u64) -> LaunchConfig<BatchPointersArgs> {
+    let grid = count.div_ceil(BLOCK as u64).min(MAX_GRID) as u32;
+    BATCH_POINTERS
+        .launch((), grid, BLOCK, 0)
+        .expect("the one entry")
 }
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]
 mod tests {
     extern crate std;
     use super::*;
-    use crate::grid::launch;
+    use crate::launch::run_on_host;
     use crate::test_buffer::Buffer;
 
     #[test]
@@ -48,9 +69,13 @@ mod tests {
             let out = pointers.ptr();
             let (base, stride) = (0x7f00_1234_5000u64, 4096 * 8 + 48);
             // Fewer blocks than the plan, so the grid-stride loop is exercised too.
-            launch(config.grid.min(2), config.block, 0, || unsafe {
-                batch_pointers_kernel(out as *mut u64, base, stride, count)
-            });
+            let args = BatchPointersArgs {
+                pointers: out as *mut u64,
+                base,
+                stride,
+                count,
+            };
+            unsafe { run_on_host(config.kernel, config.grid.min(2), config.block, 0, args) };
             let written = pointers.as_mut_slice();
             for (i, &p) in written[..count as usize].iter().enumerate() {
                 assert_eq!(p, base + i as u64 * stride, "pointer {i} of {count}");

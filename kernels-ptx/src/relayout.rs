@@ -3,7 +3,7 @@
 //! write row-major matrices themselves.
 
 use crate::grid::{global_idx_x, grid_size_x};
-use crate::launch::LaunchConfig;
+use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig};
 
 /// Where element `(i, j)` of matrix `b` of a batch lies: `b·matrix + i·row + j·col` elements
 /// from the start.
@@ -34,23 +34,54 @@ impl Strides {
     }
 }
 
+kernel_args! {
+    /// The arguments of `ferrax_copy_matrices_b{4,8,16}`: the `batch` `rows×cols` matrices of
+    /// `src`, laid out as the `from_*` strides say, copied to `dst` as the `to_*` strides say
+    /// (see [`Strides`]; flat, one `ld.param` a field).
+    pub struct CopyMatricesArgs<T> {
+        pub src: *const T,
+        pub dst: *mut T,
+        pub rows: u64,
+        pub cols: u64,
+        pub batch: u64,
+        pub from_matrix: u64,
+        pub from_row: u64,
+        pub from_col: u64,
+        pub to_matrix: u64,
+        pub to_row: u64,
+        pub to_col: u64,
+        /// Nonzero: zeros below the diagonal instead of `src`'s elements.
+        pub upper: u32,
+    }
+}
+
 /// `dst(b, i, j) = src(b, i, j)` for the `batch` `rows×cols` matrices, or zero below the
 /// diagonal (`i > j`) when `upper != 0`. Consecutive threads take consecutive destination
 /// elements along `dst`'s unit stride (the writes coalesce; the reads stride).
 ///
 /// # Safety
 /// Both arrays span every element their strides reach; they do not overlap.
-#[allow(clippy::too_many_arguments)] // one parameter per PTX kernel parameter
-pub unsafe fn copy_matrices_kernel<T: Copy + Default>(
-    src: *const T,
-    dst: *mut T,
-    rows: u64,
-    cols: u64,
-    batch: u64,
-    from: Strides,
-    to: Strides,
-    upper: u32,
-) {
+#[inline(always)]
+pub unsafe fn copy_matrices_kernel<T: Copy + Default>(args: CopyMatricesArgs<T>) {
+    let CopyMatricesArgs {
+        src,
+        dst,
+        rows,
+        cols,
+        batch,
+        upper,
+        ..
+    } = args;
+    let from = Strides {
+        matrix: args.from_matrix,
+        row: args.from_row,
+        col: args.from_col,
+    };
+    let to = Strides {
+        matrix: args.to_matrix,
+        row: args.to_row,
+        col: args.to_col,
+    };
     let per = rows * cols;
     let total = per * batch;
     let mut e = global_idx_x();
@@ -75,29 +106,29 @@ const BLOCK: u32 = 256;
 /// A grid-stride loop: more blocks than this only add scheduling.
 const MAX_GRID: u64 = 1 << 16;
 
-/// The launch of `ferrax_copy_matrices_b<bytes>(src, dst, rows: u64, cols: u64, batch: u64,
-/// from: 3×u64, to: 3×u64, upper: u32)` for `elements` elements of `bytes` bytes (4, 8 or 16;
-/// `None` otherwise).
-pub fn copy_matrices_launch(bytes: usize, elements: u64) -> Option<LaunchConfig> {
-    let kernel = match bytes {
-        4 => "ferrax_copy_matrices_b4",
-        8 => "ferrax_copy_matrices_b8",
-        16 => "ferrax_copy_matrices_b16",
-        _ => return None,
-    };
-    Some(LaunchConfig {
-        kernel,
-        grid: elements.div_ceil(BLOCK as u64).min(MAX_GRID) as u32,
-        block: BLOCK,
-        shared_bytes: 0,
-    })
+kernel_entries! {
+    /// The copies by element size in bytes; the 16-byte element is two words.
+    pub const COPY_MATRICES: Kernels<usize, CopyMatricesArgs<AnyElement>>;
+    (4) [copy_matrices b4]: CopyMatricesArgs<u32> = copy_matrices_kernel;
+    (8) [copy_matrices b8]: CopyMatricesArgs<u64> = copy_matrices_kernel;
+    (16) [copy_matrices b16]: CopyMatricesArgs<[u64; 2]> = copy_matrices_kernel;
+}
+
+/// The launch of `ferrax_copy_matrices_b<bytes>` ([`CopyMatricesArgs`]) for `elements`
+/// elements of `bytes` bytes (4, 8 or 16; `None` otherwise).
+pub fn copy_matrices_launch(
+    bytes: usize,
+    elements: u64,
+) -> Option<LaunchConfig<CopyMatricesArgs<AnyElement>>> {
+    let grid = elements.div_ceil(BLOCK as u64).min(MAX_GRID) as u32;
+    COPY_MATRICES.launch(bytes, grid, BLOCK, 0)
 }
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]
 mod tests {
     extern crate std;
     use super::*;
-    use crate::grid::launch;
+    use crate::launch::run_on_host;
     use std::vec::Vec;
 
     fn copy(
@@ -109,20 +140,22 @@ mod tests {
         upper: bool,
     ) {
         let config = copy_matrices_launch(8, rows * cols * batch).unwrap();
-        let (s, d) = (src.as_ptr() as usize, dst.as_mut_ptr() as usize);
+        let args = CopyMatricesArgs {
+            src: src.as_ptr(),
+            dst: dst.as_mut_ptr(),
+            rows,
+            cols,
+            batch,
+            from_matrix: from.matrix,
+            from_row: from.row,
+            from_col: from.col,
+            to_matrix: to.matrix,
+            to_row: to.row,
+            to_col: to.col,
+            upper: upper as u32,
+        };
         // Fewer blocks than planned, so that the grid-stride loop runs too.
-        launch(config.grid.min(2), 64, 0, || unsafe {
-            copy_matrices_kernel(
-                s as *const u64,
-                d as *mut u64,
-                rows,
-                cols,
-                batch,
-                from,
-                to,
-                upper as u32,
-            )
-        });
+        unsafe { run_on_host(config.kernel, config.grid.min(2), 64, 0, args) };
     }
 
     #[test]

@@ -3,12 +3,12 @@
 //! `a[b·m·n + j·m + i]`), the batch contiguous.
 //!
 //! Two kernel shapes:
-//! * **rows** (`max(m, n) ≤ 32`): a group of `W` lanes (`W` = 4, 8, 16 or 32, inside one warp)
-//!   per matrix, lane `i` holding row `i` in registers (`[T; W]`, indexed only by unrolled
-//!   constants). Pivot search, pivot-row and column broadcasts are warp shuffles. Row swaps are
-//!   not data movement: each lane tracks the position its row currently holds, and the row is
-//!   stored at its final position. The block's matrices are staged through shared memory so
-//!   that global loads and stores are contiguous.
+//! * **rows**, the warp kernels (`max(m, n) ≤ 32`): a group of `W` lanes (`W` = 4, 8, 16 or
+//!   32, inside one warp) per matrix, lane `i` holding row `i` in registers (`[T; W]`, indexed
+//!   only by unrolled constants). Pivot search, pivot-row and column broadcasts are warp
+//!   shuffles. Row swaps are not data movement: each lane tracks the position its row currently
+//!   holds, and the row is stored at its final position. The block's matrices are staged
+//!   through shared memory so that global loads and stores are contiguous.
 //! * **block** (`max(m, n) ≤ 128`): one block per matrix, the matrix in shared memory (as
 //!   much as the device lets a block opt in to).
 //!
@@ -21,9 +21,8 @@
 use crate::grid::{
     block_dim_x, block_idx_x, dynamic_shared, grid_dim_x, sync_threads, thread_idx_x,
 };
-use crate::launch::{LaunchConfig, ScalarKind};
-use core::ops::{Add, Div, Mul, Neg, Sub};
-use num_complex::Complex;
+use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig, ScalarKind};
+use crate::scalar::{Real, Scalar, WarpExchange};
 
 /// Runs `$body` once for each `$i` in `0..$w` (`$w ≤ 32`), `$i` a literal in each copy: the
 /// rows' register arrays must only see constant indices, and LLVM does not fully unroll the
@@ -41,196 +40,6 @@ macro_rules! unrolled {
     };
 }
 
-/// Real parts: f32, f64.
-pub trait Real:
-    Copy
-    + PartialOrd
-    + Add<Output = Self>
-    + Sub<Output = Self>
-    + Mul<Output = Self>
-    + Div<Output = Self>
-    + Neg<Output = Self>
-    + Shfl
-{
-    const ZERO: Self;
-    const ONE: Self;
-    const INFINITY: Self;
-    const NEG_INFINITY: Self;
-    /// The quiet NaN with the sign bit clear (what `0/0` is not on x86: its NaN is negative).
-    const NAN: Self;
-    /// LAPACK's `xLAMCH('S')`: the smallest normal number.
-    const SAFE_MIN: Self;
-    /// An exact power of two that lifts values below `SAFE_MIN` far enough that their squares
-    /// are normal numbers.
-    const UNDERFLOW_LIFT: Self;
-    fn abs(self) -> Self;
-    fn is_nan(self) -> bool;
-    fn sqrt(self) -> Self;
-}
-
-/// The four element types.
-pub trait Scalar:
-    Copy + PartialEq + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Shfl
-{
-    type Real: Real;
-    const ZERO: Self;
-    const ONE: Self;
-    /// `|re| + |im|`, the magnitude BLAS `IxAMAX` compares (`|x|` for reals).
-    fn abs1(self) -> Self::Real;
-    /// `|self| >= r` with `|·|` the modulus (Fortran's `ABS`).
-    fn modulus_at_least(self, r: Self::Real) -> bool;
-    fn re(self) -> Self::Real;
-    fn from_real(r: Self::Real) -> Self;
-    fn conj(self) -> Self;
-    /// Each part times `r` (`xDSCAL`'s product).
-    fn scale(self, r: Self::Real) -> Self;
-    /// `self / d`; for complex numbers Smith's algorithm as gfortran expands it.
-    fn quotient(self, d: Self) -> Self;
-}
-
-macro_rules! real {
-    ($t:ident, $lift:expr, $sqrt:path) => {
-        impl Real for $t {
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            const INFINITY: Self = $t::INFINITY;
-            const NEG_INFINITY: Self = $t::NEG_INFINITY;
-            const NAN: Self = $t::NAN;
-            const SAFE_MIN: Self = $t::MIN_POSITIVE;
-            const UNDERFLOW_LIFT: Self = $lift;
-            #[inline(always)]
-            fn abs(self) -> Self {
-                $t::abs(self)
-            }
-            #[inline(always)]
-            fn is_nan(self) -> bool {
-                $t::is_nan(self)
-            }
-            #[inline(always)]
-            fn sqrt(self) -> Self {
-                // Both are IEEE correctly rounded (sqrt.rn on the GPU), so host and GPU agree.
-                #[cfg(target_arch = "nvptx64")]
-                {
-                    $sqrt(self)
-                }
-                #[cfg(not(target_arch = "nvptx64"))]
-                {
-                    real!(@host $t, self)
-                }
-            }
-        }
-
-        impl Scalar for $t {
-            type Real = $t;
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            #[inline(always)]
-            fn abs1(self) -> $t {
-                $t::abs(self)
-            }
-            #[inline(always)]
-            fn modulus_at_least(self, r: $t) -> bool {
-                $t::abs(self) >= r
-            }
-            #[inline(always)]
-            fn re(self) -> $t {
-                self
-            }
-            #[inline(always)]
-            fn from_real(r: $t) -> Self {
-                r
-            }
-            #[inline(always)]
-            fn conj(self) -> Self {
-                self
-            }
-            #[inline(always)]
-            fn scale(self, r: $t) -> Self {
-                self * r
-            }
-            #[inline(always)]
-            fn quotient(self, d: Self) -> Self {
-                self / d
-            }
-        }
-
-        impl Scalar for Complex<$t> {
-            type Real = $t;
-            const ZERO: Self = Complex::new(0.0, 0.0);
-            const ONE: Self = Complex::new(1.0, 0.0);
-            #[inline(always)]
-            fn abs1(self) -> $t {
-                $t::abs(self.re) + $t::abs(self.im)
-            }
-            #[inline(always)]
-            fn modulus_at_least(self, r: $t) -> bool {
-                let (x, y) = ($t::abs(self.re), $t::abs(self.im));
-                let big = if x < y { y } else { x };
-                if big >= r || big.is_nan() {
-                    // |z| >= max(|re|, |im|); NaN compares false as Fortran's ABS(NaN) >= r.
-                    return big >= r;
-                }
-                // Both parts tiny: lift them exactly so that the squares do not underflow.
-                let (x, y, r) = (x * $lift, y * $lift, r * $lift);
-                Real::sqrt(x * x + y * y) >= r
-            }
-            #[inline(always)]
-            fn re(self) -> $t {
-                self.re
-            }
-            #[inline(always)]
-            fn from_real(r: $t) -> Self {
-                Complex::new(r, 0.0)
-            }
-            #[inline(always)]
-            fn conj(self) -> Self {
-                Complex::new(self.re, -self.im)
-            }
-            #[inline(always)]
-            fn scale(self, r: $t) -> Self {
-                Complex::new(self.re * r, self.im * r)
-            }
-            #[inline(always)]
-            fn quotient(self, rhs: Self) -> Self {
-                let (a, b, c, d) = (self.re, self.im, rhs.re, rhs.im);
-                if $t::abs(c) < $t::abs(d) {
-                    let ratio = c / d;
-                    let denom = c * ratio + d;
-                    Complex::new((a * ratio + b) / denom, (b * ratio - a) / denom)
-                } else {
-                    let ratio = d / c;
-                    let denom = d * ratio + c;
-                    Complex::new((b * ratio + a) / denom, (b - a * ratio) / denom)
-                }
-            }
-        }
-    };
-    (@host f32, $x:expr) => {
-        libm::sqrtf($x)
-    };
-    (@host f64, $x:expr) => {
-        libm::sqrt($x)
-    };
-}
-real!(
-    f32,
-    18446744073709551616.0, /* 2^64 */
-    core::f32::math::sqrt
-);
-real!(
-    f64,
-    4.149515568880993e180, /* 2^600 */
-    core::f64::math::sqrt
-);
-
-/// Values that move between the lanes of a group: a warp shuffle on the GPU; on the host (which
-/// runs a block's threads as OS threads) a round trip through a per-thread slot of scratch
-/// shared memory between two block barriers.
-pub trait Shfl: Copy {
-    #[cfg(target_arch = "nvptx64")]
-    fn shfl_gpu(self, src: u32) -> Self;
-}
-
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 fn shfl_u32(v: u32, src: u32) -> u32 {
@@ -244,48 +53,19 @@ fn shfl_u32(v: u32, src: u32) -> u32 {
     r
 }
 
-impl Shfl for u32 {
-    #[cfg(target_arch = "nvptx64")]
-    #[inline(always)]
-    fn shfl_gpu(self, src: u32) -> Self {
-        shfl_u32(self, src)
-    }
-}
-impl Shfl for f32 {
-    #[cfg(target_arch = "nvptx64")]
-    #[inline(always)]
-    fn shfl_gpu(self, src: u32) -> Self {
-        f32::from_bits(shfl_u32(self.to_bits(), src))
-    }
-}
-impl Shfl for f64 {
-    #[cfg(target_arch = "nvptx64")]
-    #[inline(always)]
-    fn shfl_gpu(self, src: u32) -> Self {
-        let bits = self.to_bits();
-        let lo = shfl_u32(bits as u32, src) as u64;
-        let hi = shfl_u32((bits >> 32) as u32, src) as u64;
-        f64::from_bits(hi << 32 | lo)
-    }
-}
-impl<T: Shfl> Shfl for Complex<T> {
-    #[cfg(target_arch = "nvptx64")]
-    #[inline(always)]
-    fn shfl_gpu(self, src: u32) -> Self {
-        Complex::new(self.re.shfl_gpu(src), self.im.shfl_gpu(src))
-    }
-}
-
-/// Bytes of host-only exchange scratch per thread (the largest scalar); see [`Shfl`].
+/// Bytes of host-only exchange scratch per thread (the largest scalar); see [`shfl`].
 pub const HOST_EXCHANGE_BYTES_PER_THREAD: usize = 16;
 
-/// The value `v` of thread `src` (an index in the block, in the caller's own warp). Every
-/// thread of the warp (on the host: of the block) must call it at the same point.
+/// The value `v` of thread `src` (an index in the block, in the caller's own warp): a warp
+/// shuffle per 32-bit word on the GPU; on the host (which runs a block's threads as OS
+/// threads) a round trip through a per-thread slot of `_exchange` (scratch shared memory)
+/// between two block barriers. Every thread of the warp (on the host: of the block) must call
+/// it at the same point.
 #[inline(always)]
-unsafe fn shfl<T: Shfl>(v: T, src: u32, _exchange: *mut u8) -> T {
+unsafe fn shfl<T: WarpExchange>(v: T, src: u32, _exchange: *mut u8) -> T {
     #[cfg(target_arch = "nvptx64")]
     {
-        v.shfl_gpu(src)
+        v.map_words(|w| shfl_u32(w, src))
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
@@ -444,6 +224,49 @@ unsafe fn group_argmax<R: Real, const W: usize>(
     (tag >> 8, tag & 0xff)
 }
 
+kernel_args! {
+    /// The arguments of the LU entries (`ferrax_getrf_small_*`, [`getrf_rows`] and
+    /// [`getrf_block`]): the `batch` `m×n` matrices read from `src` and their factors written
+    /// to `a` (the same array to factor in place), column-major, or row-major (jax's layout)
+    /// when `row_major != 0`; `ipiv` gets `batch·min(m, n)` pivots, `info` one per matrix.
+    pub struct GetrfArgs<T> {
+        pub src: *const T,
+        pub a: *mut T,
+        pub ipiv: *mut i32,
+        pub info: *mut i32,
+        pub m: u32,
+        pub n: u32,
+        pub batch: u64,
+        pub row_major: u32,
+    }
+}
+
+kernel_args! {
+    /// The arguments of the Cholesky entries (`ferrax_potrf_small_*`, [`potrf_rows`] and
+    /// [`potrf_block`]): the `batch` column-major `n×n` matrices `a` factored in place, their
+    /// lower triangle (`lower != 0`) or upper; `info` one per matrix.
+    pub struct PotrfArgs<T> {
+        pub a: *mut T,
+        pub info: *mut i32,
+        pub n: u32,
+        pub batch: u64,
+        pub lower: u32,
+    }
+}
+
+kernel_args! {
+    /// The arguments of jax's whole `cholesky` (`ferrax_cholesky_small_*`, [`cholesky_rows`]
+    /// and [`cholesky_block`]): the `batch` row-major `n×n` matrices `a` (symmetrized when
+    /// `symmetrize != 0`), their lower factors written row-major to `l`.
+    pub struct CholeskyArgs<T> {
+        pub a: *const T,
+        pub l: *mut T,
+        pub n: u32,
+        pub batch: u64,
+        pub symmetrize: u32,
+    }
+}
+
 /// Where a thread sits in a launch of `W`-lane groups, one matrix per group.
 pub(crate) struct LaneGroup {
     /// Matrices (groups) per block.
@@ -482,17 +305,18 @@ pub(crate) fn lane_group<const W: usize>(batch: u64) -> Option<LaneGroup> {
 /// `src` and `a` hold `batch·m·n` elements (one array, or two that do not overlap), `ipiv`
 /// `batch·min(m, n)`, `info` `batch`; the launch is [`getrf_launch`]'s (`block_dim` a
 /// multiple of `W`, the shared memory it sizes).
-#[allow(clippy::too_many_arguments)] // one per kernel parameter
-pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
-    src: *const T,
-    a: *mut T,
-    ipiv: *mut i32,
-    info: *mut i32,
-    m: u32,
-    n: u32,
-    batch: u64,
-    row_major: u32,
-) {
+#[inline(always)]
+pub unsafe fn getrf_rows<T: Scalar, const W: usize>(args: GetrfArgs<T>) {
+    let GetrfArgs {
+        src,
+        a,
+        ipiv,
+        info,
+        m,
+        n,
+        batch,
+        row_major,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -603,13 +427,15 @@ pub unsafe fn getrf_rows<T: Scalar, const W: usize>(
 ///
 /// # Safety
 /// `a` holds `batch·n·n` elements, `info` `batch`; the launch is [`potrf_launch`]'s.
-pub unsafe fn potrf_rows<T: Scalar, const W: usize>(
-    a: *mut T,
-    info: *mut i32,
-    n: u32,
-    batch: u64,
-    lower: u32,
-) {
+#[inline(always)]
+pub unsafe fn potrf_rows<T: Scalar, const W: usize>(args: PotrfArgs<T>) {
+    let PotrfArgs {
+        a,
+        info,
+        n,
+        batch,
+        lower,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -726,13 +552,15 @@ unsafe fn potf2_lanes<T: Scalar, const W: usize>(
 ///
 /// # Safety
 /// `a` and `l` hold `batch·n·n` elements each; the launch is [`cholesky_launch`]'s.
-pub unsafe fn cholesky_rows<T: Scalar, const W: usize>(
-    a: *const T,
-    l: *mut T,
-    n: u32,
-    batch: u64,
-    symmetrize: u32,
-) {
+#[inline(always)]
+pub unsafe fn cholesky_rows<T: Scalar, const W: usize>(args: CholeskyArgs<T>) {
+    let CholeskyArgs {
+        a,
+        l,
+        n,
+        batch,
+        symmetrize,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -812,17 +640,18 @@ fn block_layout(m: u32, n: u32, size: usize, real: usize, threads: u32) -> (usiz
 /// # Safety
 /// As [`getrf_rows`], with [`getrf_launch`]'s block launch (`block_dim` a power of two ≥ 32
 /// and ≥ `m`).
-#[allow(clippy::too_many_arguments)] // one per kernel parameter
-pub unsafe fn getrf_block<T: Scalar>(
-    src: *const T,
-    a: *mut T,
-    ipiv: *mut i32,
-    info: *mut i32,
-    m: u32,
-    n: u32,
-    batch: u64,
-    row_major: u32,
-) {
+#[inline(always)]
+pub unsafe fn getrf_block<T: Scalar>(args: GetrfArgs<T>) {
+    let GetrfArgs {
+        src,
+        a,
+        ipiv,
+        info,
+        m,
+        n,
+        batch,
+        row_major,
+    } = args;
     let (t, nb) = (thread_idx_x(), block_dim_x());
     let (mn, ld, kmin) = (m * n, m as usize + 1, m.min(n));
     let shared = dynamic_shared::<T>();
@@ -993,7 +822,15 @@ unsafe fn potf2_block<T: Scalar>(shared: *mut T, n: u32, lower: bool) -> u32 {
 ///
 /// # Safety
 /// As [`potrf_rows`], with [`potrf_launch`]'s block launch.
-pub unsafe fn potrf_block<T: Scalar>(a: *mut T, info: *mut i32, n: u32, batch: u64, lower: u32) {
+#[inline(always)]
+pub unsafe fn potrf_block<T: Scalar>(args: PotrfArgs<T>) {
+    let PotrfArgs {
+        a,
+        info,
+        n,
+        batch,
+        lower,
+    } = args;
     let nn = n * n;
     let shared = dynamic_shared::<T>();
     let mut b = block_idx_x() as u64;
@@ -1033,13 +870,15 @@ unsafe fn each_lower<T>(shared: *mut T, n: u32, mut f: impl FnMut(*mut T, u32, u
 ///
 /// # Safety
 /// As [`cholesky_rows`], with [`cholesky_launch`]'s block launch.
-pub unsafe fn cholesky_block<T: Scalar>(
-    a: *const T,
-    l: *mut T,
-    n: u32,
-    batch: u64,
-    symmetrize: u32,
-) {
+#[inline(always)]
+pub unsafe fn cholesky_block<T: Scalar>(args: CholeskyArgs<T>) {
+    let CholeskyArgs {
+        a,
+        l,
+        n,
+        batch,
+        symmetrize,
+    } = args;
     let (nn, ld) = (n * n, n + 1);
     let shared = dynamic_shared::<T>();
     let input = Staging {
@@ -1057,7 +896,7 @@ pub unsafe fn cholesky_block<T: Scalar>(
         stage::<T, true>(a.add(offset) as *mut T, shared, 1, input);
         sync_threads();
         if symmetrize != 0 {
-            // jax's (x + xᴴ) / 2, as the lanes kernels compute it.
+            // jax's (x + xᴴ) / 2, as the warp kernels compute it.
             each_lower(shared, n, |x, i, k| {
                 *x = (*x + (*shared.add((i * ld + k) as usize)).conj()).scale(half)
             });
@@ -1096,24 +935,13 @@ impl Variant {
             _ => return None,
         })
     }
-
-    /// The suffix of the entry point's name.
-    pub const fn suffix(self) -> &'static str {
-        match self {
-            Variant::Rows(4) => "w4",
-            Variant::Rows(8) => "w8",
-            Variant::Rows(16) => "w16",
-            Variant::Rows(32) => "w32",
-            _ => "block",
-        }
-    }
 }
 
 /// Dynamic shared memory a launch may use without the opt-in attribute.
 pub const MAX_SHARED_BYTES: usize = 48 << 10;
 
 /// `(variant, grid, block, shared bytes)` for `(m, n, batch)` with `threads` per block (`None`:
-/// the default; tests use small blocks). The lanes kernels keep to [`MAX_SHARED_BYTES`]; the
+/// the default; tests use small blocks). The warp kernels keep to [`MAX_SHARED_BYTES`]; the
 /// block kernels (one matrix per block, up to 128×128) to `max_shared`, the device's opt-in
 /// limit per block. The host emulation needs [`HOST_EXCHANGE_BYTES_PER_THREAD`] more shared
 /// bytes per thread.
@@ -1166,111 +994,72 @@ pub fn plan(
     Some((variant, grid, threads, shared))
 }
 
-const fn kind_name(kind: ScalarKind) -> &'static str {
-    match kind {
-        ScalarKind::F32 => "f32",
-        ScalarKind::F64 => "f64",
-        ScalarKind::C64 => "c64",
-        ScalarKind::C128 => "c128",
-    }
+kernel_entries! {
+    /// The LU entries, `ferrax_getrf_small_<dtype>_<w4|w8|w16|w32|block>`.
+    pub const GETRF: Kernels<(ScalarKind, Variant), GetrfArgs<_>>;
+    names [getrf small] dtype variant;
+    variants = small(getrf_rows, getrf_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 w32 block;
 }
 
-macro_rules! names {
-    ($op:literal) => {
-        [
-            [
-                concat!("ferrax_", $op, "_small_f32_w4"),
-                concat!("ferrax_", $op, "_small_f32_w8"),
-                concat!("ferrax_", $op, "_small_f32_w16"),
-                concat!("ferrax_", $op, "_small_f32_w32"),
-                concat!("ferrax_", $op, "_small_f32_block"),
-            ],
-            [
-                concat!("ferrax_", $op, "_small_f64_w4"),
-                concat!("ferrax_", $op, "_small_f64_w8"),
-                concat!("ferrax_", $op, "_small_f64_w16"),
-                concat!("ferrax_", $op, "_small_f64_w32"),
-                concat!("ferrax_", $op, "_small_f64_block"),
-            ],
-            [
-                concat!("ferrax_", $op, "_small_c64_w4"),
-                concat!("ferrax_", $op, "_small_c64_w8"),
-                concat!("ferrax_", $op, "_small_c64_w16"),
-                concat!("ferrax_", $op, "_small_c64_w32"),
-                concat!("ferrax_", $op, "_small_c64_block"),
-            ],
-            [
-                concat!("ferrax_", $op, "_small_c128_w4"),
-                concat!("ferrax_", $op, "_small_c128_w8"),
-                concat!("ferrax_", $op, "_small_c128_w16"),
-                concat!("ferrax_", $op, "_small_c128_w32"),
-                concat!("ferrax_", $op, "_small_c128_block"),
-            ],
-        ]
-    };
+kernel_entries! {
+    /// The Cholesky entries, `ferrax_potrf_small_<dtype>_<w4|w8|w16|w32|block>`.
+    pub const POTRF: Kernels<(ScalarKind, Variant), PotrfArgs<_>>;
+    names [potrf small] dtype variant;
+    variants = small(potrf_rows, potrf_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 w32 block;
 }
-const GETRF_NAMES: [[&str; 5]; 4] = names!("getrf");
-const POTRF_NAMES: [[&str; 5]; 4] = names!("potrf");
-const CHOLESKY_NAMES: [[&str; 5]; 4] = names!("cholesky");
 
-/// The launch of `plan` (a [`plan`] result: variant, grid, block, shared bytes) of the entry
-/// for `kind` and the variant in `table` (a [`names!`] table).
-fn launch(
-    table: &[[&'static str; 5]; 4],
+kernel_entries! {
+    /// jax's whole `cholesky`, `ferrax_cholesky_small_<dtype>_<w4|w8|w16|w32|block>`.
+    pub const CHOLESKY: Kernels<(ScalarKind, Variant), CholeskyArgs<_>>;
+    names [cholesky small] dtype variant;
+    variants = small(cholesky_rows, cholesky_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 w32 block;
+}
+
+/// The launch of `table`'s entry for `kind` and `plan` (a [`plan`] result: variant, grid,
+/// block, shared bytes), if the table has one.
+pub(crate) fn launch<A>(
+    table: &crate::launch::Kernels<(ScalarKind, Variant), A>,
     kind: ScalarKind,
     (variant, grid, block, shared): (Variant, u32, u32, usize),
-) -> LaunchConfig {
-    let row = kind.index();
-    let col = match variant {
-        Variant::Rows(4) => 0,
-        Variant::Rows(8) => 1,
-        Variant::Rows(16) => 2,
-        Variant::Rows(_) => 3,
-        Variant::Block => 4,
-    };
-    debug_assert!(table[row][col].contains(kind_name(kind)));
-    debug_assert!(table[row][col].ends_with(variant.suffix()));
-    LaunchConfig {
-        kernel: table[row][col],
-        grid,
-        block,
-        shared_bytes: shared as u32,
-    }
+) -> Option<LaunchConfig<A>> {
+    table.launch((kind, variant), grid, block, shared as u32)
 }
 
-/// The launch of `ferrax_getrf_small_<dtype>_<variant>(src: *const T, a: *mut T, ipiv: *mut i32,
-/// info: *mut i32, m: u32, n: u32, batch: u64, row_major: u32)` (every variant takes these
-/// parameters; `src` read and `a` written, column-major, or row-major when `row_major != 0`), or
-/// `None` when `max(m, n) > 128` or the matrix does not fit in `max_shared` bytes of shared
-/// memory (the device's opt-in limit per block; c128 128×128 never does): use cuSOLVER.
-/// `grid == 0` (batch 0) means there is nothing to launch.
+/// The launch of `ferrax_getrf_small_<dtype>_<variant>` ([`GetrfArgs`]), or `None` when
+/// `max(m, n) > 128` or the matrix does not fit in `max_shared` bytes of shared memory (the
+/// device's opt-in limit per block; c128 128×128 never does): use cuSOLVER. `grid == 0`
+/// (batch 0) means there is nothing to launch.
 pub fn getrf_launch(
     kind: ScalarKind,
     m: u32,
     n: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<LaunchConfig> {
-    Some(launch(
-        &GETRF_NAMES,
-        kind,
-        plan(kind, m, n, batch, None, max_shared)?,
-    ))
+) -> Option<LaunchConfig<GetrfArgs<AnyElement>>> {
+    launch(&GETRF, kind, plan(kind, m, n, batch, None, max_shared)?)
 }
 
-/// The launch of `ferrax_potrf_small_<dtype>_<variant>(a: *mut T, info: *mut i32, n: u32,
-/// batch: u64, lower: u32)`, or `None` as for [`getrf_launch`].
+/// The launch of `ferrax_potrf_small_<dtype>_<variant>` ([`PotrfArgs`]), or `None` as for
+/// [`getrf_launch`].
 pub fn potrf_launch(
     kind: ScalarKind,
     n: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<LaunchConfig> {
-    Some(launch(
-        &POTRF_NAMES,
-        kind,
-        plan(kind, n, n, batch, None, max_shared)?,
-    ))
+) -> Option<LaunchConfig<PotrfArgs<AnyElement>>> {
+    launch(&POTRF, kind, plan(kind, n, n, batch, None, max_shared)?)
 }
 
 /// The largest order of the fused Cholesky block kernel: its block layout fits every device's
@@ -1278,22 +1067,29 @@ pub fn potrf_launch(
 /// takes a shape depends on the order alone (`ferrax.install()` routes by it).
 pub const FUSED_CHOLESKY_BLOCK_MAX: u32 = 48;
 
-/// The launch of `ferrax_cholesky_small_<dtype>_<w4|w8|w16|w32|block>(a: *const T,
-/// l: *mut T, n: u32, batch: u64, symmetrize: u32)` (row-major, jax's whole `cholesky`): the
-/// lanes kernels up to 32, the block kernel up to [`FUSED_CHOLESKY_BLOCK_MAX`]; `None` past it
-/// (jax's steps and [`potrf_launch`]'s kernels serve those).
-pub fn cholesky_launch(kind: ScalarKind, n: u32, batch: u64) -> Option<LaunchConfig> {
+/// The launch of `ferrax_cholesky_small_<dtype>_<w4|w8|w16|w32|block>` ([`CholeskyArgs`];
+/// row-major, jax's whole `cholesky`): the warp kernels up to 32, the block kernel up to
+/// [`FUSED_CHOLESKY_BLOCK_MAX`]; `None` past it (jax's steps and [`potrf_launch`]'s kernels
+/// serve those).
+pub fn cholesky_launch(
+    kind: ScalarKind,
+    n: u32,
+    batch: u64,
+) -> Option<LaunchConfig<CholeskyArgs<AnyElement>>> {
     if n > FUSED_CHOLESKY_BLOCK_MAX {
         return None;
     }
-    let plan = plan(kind, n, n, batch, None, MAX_SHARED_BYTES)?;
-    Some(launch(&CHOLESKY_NAMES, kind, plan))
+    launch(
+        &CHOLESKY,
+        kind,
+        plan(kind, n, n, batch, None, MAX_SHARED_BYTES)?,
+    )
 }
 
 pub mod eigh;
-pub mod lanes;
 pub mod qr;
 mod sequential;
+pub mod simd;
 pub use sequential::{getf2, potf2, trsm, Transpose};
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]

@@ -2,7 +2,7 @@
 //! SC 2011), bit-exact with `jax._src.prng.threefry2x32_p`.
 
 use crate::grid::{global_idx_x, grid_size_x};
-use crate::launch::LaunchConfig;
+use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig};
 
 const ROTATIONS: [[u32; 4]; 2] = [[13, 15, 26, 6], [17, 29, 16, 24]];
 const KEY_PARITY: u32 = 0x1BD1_1BDA;
@@ -64,6 +64,20 @@ fn quad(w: [u32; 4]) -> u128 {
     u128::from(w[0]) | u128::from(w[1]) << 32 | u128::from(w[2]) << 64 | u128::from(w[3]) << 96
 }
 
+kernel_args! {
+    /// The arguments of `ferrax_threefry2x32`: `(out0, out1)[i] = threefry2x32((key0,
+    /// key1)[i], (x0, x1)[i])` for `i < n`.
+    pub struct ThreefryArgs {
+        pub key0: *const u32,
+        pub key1: *const u32,
+        pub x0: *const u32,
+        pub x1: *const u32,
+        pub out0: *mut u32,
+        pub out1: *mut u32,
+        pub n: u64,
+    }
+}
+
 /// Body of `ferrax_threefry2x32`: [`threefry2x32_slices`] over raw device arrays of length `n`
 /// in a grid-stride loop. Each step hashes four elements with 16-byte loads and stores when
 /// every array is 16-byte aligned (XLA's buffers are), so the kernel streams at copy speed.
@@ -71,15 +85,16 @@ fn quad(w: [u32; 4]) -> u128 {
 /// # Safety
 /// The inputs must be readable and the outputs writable for `n` elements each.
 #[inline(always)]
-pub unsafe fn threefry2x32_kernel(
-    key0: *const u32,
-    key1: *const u32,
-    x0: *const u32,
-    x1: *const u32,
-    out0: *mut u32,
-    out1: *mut u32,
-    n: u64,
-) {
+pub unsafe fn threefry2x32_kernel(args: ThreefryArgs) {
+    let ThreefryArgs {
+        key0,
+        key1,
+        x0,
+        x1,
+        out0,
+        out1,
+        n,
+    } = args;
     let (start, stride) = (global_idx_x(), grid_size_x());
     let addresses = key0 as usize | key1 as usize | x0 as usize | x1 as usize;
     let aligned = (addresses | out0 as usize | out1 as usize).is_multiple_of(16);
@@ -104,15 +119,17 @@ pub unsafe fn threefry2x32_kernel(
     }
 }
 
+kernel_entries! {
+    /// `cu_threefry2x32_ffi`'s element-wise hash.
+    pub const THREEFRY: Kernels<(), ThreefryArgs>;
+    (()) [threefry2x32]: ThreefryArgs = threefry2x32_kernel;
+}
+
 /// Launch of `ferrax_threefry2x32` on `n` elements: enough blocks to fill every
 /// multiprocessor (2048 threads each), fewer for small `n`.
-pub fn launch_config(n: u64, multiprocessors: u32) -> LaunchConfig {
-    LaunchConfig {
-        kernel: "ferrax_threefry2x32",
-        grid: grid_for(n.div_ceil(4), multiprocessors),
-        block: BLOCK,
-        shared_bytes: 0,
-    }
+pub fn launch_config(n: u64, multiprocessors: u32) -> LaunchConfig<ThreefryArgs> {
+    let grid = grid_for(n.div_ceil(4), multiprocessors);
+    THREEFRY.launch((), grid, BLOCK, 0).expect("the one entry")
 }
 
 fn grid_for(items: u64, multiprocessors: u32) -> u32 {
@@ -170,6 +187,17 @@ unsafe fn key_at(keys: *const u32, k: u64) -> [u32; 2] {
     keys.cast::<[u32; 2]>().add(k as usize).read()
 }
 
+kernel_args! {
+    /// The arguments of `ferrax_threefry2x32_bits{8,16,32,64}`: `total` words into `out`,
+    /// `per_key` from each key pair of `keys`.
+    pub struct BitsArgs<T> {
+        pub keys: *const u32,
+        pub per_key: u64,
+        pub total: u64,
+        pub out: *mut T,
+    }
+}
+
 /// Body of `ferrax_threefry2x32_bits{8,16,32,64}`: `jax.random.bits` under
 /// `jax_threefry_partitionable` for a run of keys, `per_key` words each, `total` in all.
 /// Element `e` is word `e % per_key` of key pair `e / per_key` of `keys`: the hash of the
@@ -183,12 +211,13 @@ unsafe fn key_at(keys: *const u32, k: u64) -> [u32; 2] {
 /// # Safety
 /// `keys` must hold `2 * total.div_ceil(per_key)` words and `out` `total` writable words.
 #[inline(always)]
-pub unsafe fn threefry2x32_bits_kernel<T: Bits, const N: usize>(
-    keys: *const u32,
-    per_key: u64,
-    total: u64,
-    out: *mut T,
-) {
+pub unsafe fn threefry2x32_bits_kernel<T: Bits, const N: usize>(args: BitsArgs<T>) {
+    let BitsArgs {
+        keys,
+        per_key,
+        total,
+        out,
+    } = args;
     const { assert!(N * core::mem::size_of::<T>() == 16) };
     let bits = 128 / N as u32;
     if per_key == 0 {
@@ -248,27 +277,33 @@ pub unsafe fn threefry2x32_bits_kernel<T: Bits, const N: usize>(
     }
 }
 
+kernel_entries! {
+    /// `jax.random.bits` by word size in bits; each thread makes 16 bytes of words a step.
+    pub const BITS: Kernels<u32, BitsArgs<AnyElement>>;
+    (8) [threefry2x32_bits8]: BitsArgs<u8> = threefry2x32_bits_kernel::<u8, 16>;
+    (16) [threefry2x32_bits16]: BitsArgs<u16> = threefry2x32_bits_kernel::<u16, 8>;
+    (32) [threefry2x32_bits32]: BitsArgs<u32> = threefry2x32_bits_kernel::<u32, 4>;
+    (64) [threefry2x32_bits64]: BitsArgs<u64> = threefry2x32_bits_kernel::<u64, 2>;
+}
+
 /// Launch of `ferrax_threefry2x32_bits{bits}` making `total` words.
-pub fn bits_launch_config(bits: u32, total: u64, multiprocessors: u32) -> LaunchConfig {
-    let kernel = match bits {
-        8 => "ferrax_threefry2x32_bits8",
-        16 => "ferrax_threefry2x32_bits16",
-        32 => "ferrax_threefry2x32_bits32",
-        64 => "ferrax_threefry2x32_bits64",
-        _ => panic!("jax.random.bits makes 8, 16, 32 or 64-bit words, not {bits}"),
-    };
-    LaunchConfig {
-        kernel,
-        grid: grid_for(total.div_ceil(u64::from(128 / bits)), multiprocessors),
-        block: BLOCK,
-        shared_bytes: 0,
-    }
+pub fn bits_launch_config(
+    bits: u32,
+    total: u64,
+    multiprocessors: u32,
+) -> LaunchConfig<BitsArgs<AnyElement>> {
+    let grid = grid_for(
+        total.div_ceil(u64::from(128 / bits.max(1))),
+        multiprocessors,
+    );
+    BITS.launch(bits, grid, BLOCK, 0)
+        .unwrap_or_else(|| panic!("jax.random.bits makes 8, 16, 32 or 64-bit words, not {bits}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grid::launch;
+    use crate::launch::run_on_host;
     use crate::test_buffer::Buffer;
 
     // Known-answer vectors from the Random123 distribution (kat_vectors, threefry2x32_20).
@@ -340,17 +375,22 @@ mod tests {
             let (mut out0, mut out1) = (Buffer::new(&zeros, offset), Buffer::new(&zeros, offset));
             let p: std::vec::Vec<usize> = ins.iter_mut().map(|b| b.ptr()).collect();
             let (o0, o1) = (out0.ptr(), out1.ptr());
-            launch(2, 3, 0, || unsafe {
-                threefry2x32_kernel(
-                    p[0] as _, p[1] as _, p[2] as _, p[3] as _, o0 as _, o1 as _, n as u64,
-                )
-            });
+            let args = ThreefryArgs {
+                key0: p[0] as _,
+                key1: p[1] as _,
+                x0: p[2] as _,
+                x1: p[3] as _,
+                out0: o0 as _,
+                out1: o1 as _,
+                n: n as u64,
+            };
+            unsafe { run_on_host("ferrax_threefry2x32", 2, 3, 0, args) };
             assert_eq!(out0.as_mut_slice(), &want0[..], "offset {offset}");
             assert_eq!(out1.as_mut_slice(), &want1[..], "offset {offset}");
         }
     }
 
-    fn run_bits<T: Bits + PartialEq + core::fmt::Debug, const N: usize>(
+    fn run_bits<T: Bits + PartialEq + core::fmt::Debug + 'static>(
         keys: &[u32],
         per_key: u64,
         total: usize,
@@ -359,10 +399,14 @@ mod tests {
     ) -> std::vec::Vec<T> {
         let mut out = Buffer::new(&std::vec![T::ZERO; total], offset);
         let o = out.ptr();
-        let k = keys.as_ptr() as usize;
-        launch(grid, block, 0, || unsafe {
-            threefry2x32_bits_kernel::<T, N>(k as _, per_key, total as u64, o as _)
-        });
+        let args = BitsArgs {
+            keys: keys.as_ptr(),
+            per_key,
+            total: total as u64,
+            out: o as *mut T,
+        };
+        let kernel = BITS.name(8 * core::mem::size_of::<T>() as u32).unwrap();
+        unsafe { run_on_host(kernel, grid, block, 0, args) };
         out.as_mut_slice().to_vec()
     }
 
@@ -376,19 +420,19 @@ mod tests {
     fn bits_match_jax() {
         let one = (1, 32);
         assert_eq!(
-            run_bits::<u32, 4>(&[0, 0], 5, 5, 0, one),
+            run_bits::<u32>(&[0, 0], 5, 5, 0, one),
             [0xf29a4fa7, 0xfa843692, 0x55110e28, 0x77faa835, 0x91e43bb7]
         );
         assert_eq!(
-            run_bits::<u8, 16>(&[0, 42], 6, 6, 0, one),
+            run_bits::<u8>(&[0, 42], 6, 6, 0, one),
             [0xa2, 0xd9, 0xf9, 0xd7, 0x15, 0xd8]
         );
         assert_eq!(
-            run_bits::<u16, 8>(&[0, 7], 4, 4, 0, one),
+            run_bits::<u16>(&[0, 7], 4, 4, 0, one),
             [0x290b, 0x7e00, 0x29aa, 0x4530]
         );
         assert_eq!(
-            run_bits::<u64, 2>(&[0, 123], 3, 3, 0, one),
+            run_bits::<u64>(&[0, 123], 3, 3, 0, one),
             [0x39c79149cb311f01, 0x7ce2bffdb05f591f, 0x7109a0d2f34bc24c]
         );
         // jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32))(jax.random.split(
@@ -397,12 +441,12 @@ mod tests {
             2724472204, 3573582090, 202567368, 3886822060, 3594430910, 1784718894,
         ];
         assert_eq!(
-            run_bits::<u32, 4>(&keys, 2, 6, 0, one),
+            run_bits::<u32>(&keys, 2, 6, 0, one),
             [0xa9396d5f, 0xe0008156, 0x1574cb01, 0x3aadb840, 0xf4d2d654, 0xc2320b65]
         );
     }
 
-    fn check_bits<T: Bits + PartialEq + core::fmt::Debug, const N: usize>() {
+    fn check_bits<T: Bits + PartialEq + core::fmt::Debug + 'static>() {
         let keys = random_words(2 * 40, 0xbeef);
         for per_key in [1, 2, 3, 7, 16, 17, 40, 1 << 40] {
             let total = 61.min(40 * per_key) as usize;
@@ -412,7 +456,7 @@ mod tests {
             for offset in [0, 1] {
                 for shape in [(1, 1), (2, 3), (3, 32)] {
                     assert_eq!(
-                        run_bits::<T, N>(&keys, per_key, total, offset, shape),
+                        run_bits::<T>(&keys, per_key, total, offset, shape),
                         want,
                         "per_key {per_key}, offset {offset}, launch {shape:?}"
                     );
@@ -427,10 +471,10 @@ mod tests {
 
     #[test]
     fn bits_walk_keys_and_counters() {
-        check_bits::<u8, 16>();
-        check_bits::<u16, 8>();
-        check_bits::<u32, 4>();
-        check_bits::<u64, 2>();
+        check_bits::<u8>();
+        check_bits::<u16>();
+        check_bits::<u32>();
+        check_bits::<u64>();
         assert_eq!(bits_at::<u64>([3, 4], (9 << 32) | 5), {
             let [y0, y1] = threefry2x32([3, 4], [9, 5]);
             (u64::from(y0) << 32) | u64::from(y1)

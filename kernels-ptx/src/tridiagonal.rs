@@ -4,120 +4,7 @@
 //! A numerically singular system, such as `(T - λI) x = b` in inverse iteration with `λ` an
 //! eigenvalue of `T`, gets a finite solution instead of Inf/NaN.
 
-use core::ops::{Add, Div, Mul, Neg, Sub};
-use num_complex::Complex;
-
-/// The real scalars: f32 and f64.
-pub trait Real:
-    Copy + PartialOrd + Add<Output = Self> + Mul<Output = Self> + Div<Output = Self>
-{
-    const ZERO: Self;
-    const ONE: Self;
-    const TWO: Self;
-    const EPSILON: Self;
-    /// LAPACK's safe minimum `xLAMCH('S')`: for IEEE types the smallest positive normal
-    /// number (its reciprocal does not overflow).
-    const SAFE_MIN: Self;
-    fn abs(self) -> Self;
-    fn copysign(self, sign: Self) -> Self;
-}
-
-/// The scalars the solve works on: f32, f64, `Complex<f32>` and `Complex<f64>`.
-pub trait Field:
-    Copy + PartialEq + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Neg<Output = Self>
-{
-    type Real: Real;
-    const ZERO: Self;
-    const ONE: Self;
-    /// `|self|`; for complex numbers rounded as glibc's `cabs` (which jaxlib's kernel calls),
-    /// see [`hypot`].
-    fn modulus(self) -> Self::Real;
-    fn re(self) -> Self::Real;
-    /// `self + r`.
-    fn add_real(self, r: Self::Real) -> Self;
-    /// `self * r`, each part scaled.
-    fn scale(self, r: Self::Real) -> Self;
-    /// `self / rhs`. For complex numbers Smith's algorithm, which stays finite wherever the
-    /// quotient is (the textbook formula squares `|rhs|`); it is what libgcc's `__divdc3`
-    /// computes, so results match jaxlib's C++ kernel. C's recovery of infinities from NaN
-    /// quotients is left out: a zero or infinite divisor only comes from non-finite input.
-    fn quotient(self, rhs: Self) -> Self;
-}
-
-macro_rules! real {
-    ($($t:ident),*) => {$(
-        impl Real for $t {
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            const TWO: Self = 2.0;
-            const EPSILON: Self = $t::EPSILON;
-            const SAFE_MIN: Self = $t::MIN_POSITIVE;
-            fn abs(self) -> Self {
-                $t::abs(self)
-            }
-            fn copysign(self, sign: Self) -> Self {
-                $t::copysign(self, sign)
-            }
-        }
-
-        impl Field for $t {
-            type Real = $t;
-            const ZERO: Self = 0.0;
-            const ONE: Self = 1.0;
-            fn modulus(self) -> Self::Real {
-                $t::abs(self)
-            }
-            fn re(self) -> Self::Real {
-                self
-            }
-            fn add_real(self, r: Self::Real) -> Self {
-                self + r
-            }
-            fn scale(self, r: Self::Real) -> Self {
-                self * r
-            }
-            fn quotient(self, rhs: Self) -> Self {
-                self / rhs
-            }
-        }
-    )*};
-}
-real!(f32, f64);
-
-macro_rules! complex {
-    ($($t:ident: $hypot:path),*) => {$(
-        impl Field for Complex<$t> {
-            type Real = $t;
-            const ZERO: Self = Complex::new(0.0, 0.0);
-            const ONE: Self = Complex::new(1.0, 0.0);
-            fn modulus(self) -> Self::Real {
-                $hypot(self.re, self.im)
-            }
-            fn re(self) -> Self::Real {
-                self.re
-            }
-            fn add_real(self, r: Self::Real) -> Self {
-                Complex::new(self.re + r, self.im)
-            }
-            fn scale(self, r: Self::Real) -> Self {
-                Complex::new(self.re * r, self.im * r)
-            }
-            fn quotient(self, rhs: Self) -> Self {
-                let (a, b, c, d) = (self.re, self.im, rhs.re, rhs.im);
-                if c.abs() < d.abs() {
-                    let ratio = c / d;
-                    let denom = c * ratio + d;
-                    Complex::new((a * ratio + b) / denom, (b * ratio - a) / denom)
-                } else {
-                    let ratio = d / c;
-                    let denom = d * ratio + c;
-                    Complex::new((b * ratio + a) / denom, (b - a * ratio) / denom)
-                }
-            }
-        }
-    )*};
-}
-complex!(f32: hypotf, f64: hypot);
+use crate::scalar::{Real, Scalar};
 
 /// `sqrt(a² + b²)` without undue overflow or underflow, rounded as glibc's `hypot`: the square
 /// root of the rounded sum of squares, corrected by its residual as in C. F. Borges, "An
@@ -193,7 +80,7 @@ pub const fn workspace_len(m: usize, nrhs: usize) -> usize {
 /// or pivots are stored). Back substitution then perturbs every pivot of U small enough for
 /// `row / pivot` to overflow by multiples of `eps * max |U|`, or scales it and its row up
 /// together when it is subnormal, so a singular `A` still gives a finite `x`.
-pub fn solve_perturbed<T: Field>(
+pub fn solve_perturbed<T: Scalar>(
     dl: &[T],
     d: &[T],
     du: &[T],
@@ -213,7 +100,7 @@ pub fn solve_perturbed<T: Field>(
     if m == 1 {
         let mut pivot = d[0];
         row.copy_from_slice(&b[..nrhs]);
-        perturb_pivot(eps * pivot.modulus(), &mut pivot, row);
+        perturb_pivot(eps * pivot.cabs(), &mut pivot, row);
         for (x, r) in x.iter_mut().zip(row.iter()) {
             *x = r.quotient(pivot);
         }
@@ -226,9 +113,9 @@ pub fn solve_perturbed<T: Field>(
     let (sup1, sup2) = rest.split_at_mut(m);
     diag[0] = d[0];
     sup1[0] = du[0];
-    let mut max_u = max(diag[0].modulus(), sup1[0].modulus());
+    let mut max_u = max(diag[0].cabs(), sup1[0].cabs());
     // The 1-norm of the current pivot row, against which the pivots are compared.
-    let mut scale = diag[0].modulus() + sup1[0].modulus();
+    let mut scale = diag[0].cabs() + sup1[0].cabs();
     for j in 0..nrhs {
         x[j * m] = b[j * m];
     }
@@ -238,9 +125,9 @@ pub fn solve_perturbed<T: Field>(
         // The last row has no super-diagonal inside A.
         let last = next == m - 1;
         diag[next] = d[next];
-        let mut next_scale = dl[next].modulus() + d[next].modulus();
+        let mut next_scale = dl[next].cabs() + d[next].cabs();
         if !last {
-            next_scale = next_scale + du[next].modulus();
+            next_scale = next_scale + du[next].cabs();
         }
         if dl[next] == T::ZERO {
             // Nothing to eliminate below this pivot.
@@ -254,9 +141,9 @@ pub fn solve_perturbed<T: Field>(
             let pivot_here = if diag[k] == T::ZERO {
                 T::Real::ZERO
             } else {
-                diag[k].modulus() / scale
+                diag[k].cabs() / scale
             };
-            let pivot_next = dl[next].modulus() / next_scale;
+            let pivot_next = dl[next].cabs() / next_scale;
             if pivot_next <= pivot_here {
                 // Eliminate `dl[next]` with row k.
                 scale = next_scale;
@@ -283,17 +170,17 @@ pub fn solve_perturbed<T: Field>(
                     x[next + j * m] = x[k + j * m] - factor * rhs;
                     x[k + j * m] = rhs;
                 }
-                scale = diag[next].modulus() + sup1[next].modulus();
+                scale = diag[next].cabs() + sup1[next].cabs();
             }
         }
         // As xLAGTF (and jaxlib): row m-2 of U does not enter the perturbation's scale.
         if !last {
             for entry in [diag[k], sup1[k], sup2[k]] {
-                max_u = max(max_u, entry.modulus());
+                max_u = max(max_u, entry.cabs());
             }
         }
     }
-    max_u = max(max_u, diag[m - 1].modulus());
+    max_u = max(max_u, diag[m - 1].cabs());
 
     // L z = P b is done (z in x); now U x = z from the bottom up.
     let perturb = eps * max_u;
@@ -321,17 +208,15 @@ pub fn solve_perturbed<T: Field>(
 /// and the row's largest entry would overflow, `pivot` moves away from zero by `perturb`
 /// (at least the safe minimum, with the sign of `pivot`'s real part), doubling each time; a
 /// subnormal `pivot` that is not too small for the row is instead scaled up with its row.
-fn perturb_pivot<T: Field>(perturb: T::Real, pivot: &mut T, row: &mut [T]) {
+fn perturb_pivot<T: Scalar>(perturb: T::Real, pivot: &mut T, row: &mut [T]) {
     let (one, safe_min) = (T::Real::ONE, T::Real::SAFE_MIN);
     let big = one / safe_min;
-    let mut size = pivot.modulus();
+    let mut size = pivot.cabs();
     if size >= one {
         return;
     }
     let mut step = max(perturb.abs(), safe_min).copysign(pivot.re());
-    let largest = row
-        .iter()
-        .fold(T::Real::ZERO, |acc, r| max(acc, r.modulus()));
+    let largest = row.iter().fold(T::Real::ZERO, |acc, r| max(acc, r.cabs()));
     // NaN sizes end the loop.
     while size < one {
         let grow = if size < safe_min {
@@ -349,13 +234,14 @@ fn perturb_pivot<T: Field>(perturb: T::Real, pivot: &mut T, row: &mut [T]) {
             }
             return;
         }
-        size = pivot.modulus();
+        size = pivot.cabs();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use num_complex::Complex;
 
     const M: usize = 7;
     const NRHS: usize = 3;
@@ -369,7 +255,7 @@ mod tests {
             self.0 ^= self.0 << 17;
             (self.0 >> 11) as f64 / (1u64 << 52) as f64 - 1.0
         }
-        fn fill<T: Field>(&mut self, out: &mut [T], make: impl Fn(f64, f64) -> T) {
+        fn fill<T: Scalar>(&mut self, out: &mut [T], make: impl Fn(f64, f64) -> T) {
             for v in out.iter_mut() {
                 let (re, im) = (self.next(), self.next());
                 *v = make(re, im);
@@ -379,7 +265,7 @@ mod tests {
 
     /// max |A x - b| over all entries, relative to 1 + max |x| (the entries of A are at most 1
     /// in modulus, so a backward-stable solve leaves a few eps of it).
-    fn residual<T: Field>(dl: &[T], d: &[T], du: &[T], x: &[T], b: &[T]) -> T::Real {
+    fn residual<T: Scalar>(dl: &[T], d: &[T], du: &[T], x: &[T], b: &[T]) -> T::Real {
         let m = d.len();
         let (mut worst, mut x_max) = (T::Real::ZERO, T::Real::ZERO);
         for j in 0..b.len() / m {
@@ -392,8 +278,8 @@ mod tests {
                 if i + 1 < m {
                     ax = ax + du[i] * col(i + 1);
                 }
-                worst = max(worst, (ax - b[i + j * m]).modulus());
-                x_max = max(x_max, col(i).modulus());
+                worst = max(worst, (ax - b[i + j * m]).cabs());
+                x_max = max(x_max, col(i).cabs());
             }
         }
         worst / (T::Real::ONE + x_max)
@@ -407,7 +293,7 @@ mod tests {
         b: [T; M * NRHS],
     }
 
-    fn random_system<T: Field>(seed: u64, make: impl Fn(f64, f64) -> T + Copy) -> System<T> {
+    fn random_system<T: Scalar>(seed: u64, make: impl Fn(f64, f64) -> T + Copy) -> System<T> {
         let mut values = Values(seed);
         let mut s = System {
             dl: [T::ZERO; M],
@@ -422,14 +308,14 @@ mod tests {
         s
     }
 
-    fn solve<T: Field>(s: &System<T>) -> [T; M * NRHS] {
+    fn solve<T: Scalar>(s: &System<T>) -> [T; M * NRHS] {
         let mut x = [T::ZERO; M * NRHS];
         let mut workspace = [T::ZERO; workspace_len(M, NRHS)];
         solve_perturbed(&s.dl, &s.d, &s.du, &s.b, &mut x, &mut workspace);
         x
     }
 
-    fn check_random<T: Field>(make: impl Fn(f64, f64) -> T + Copy, tol: T::Real) {
+    fn check_random<T: Scalar>(make: impl Fn(f64, f64) -> T + Copy, tol: T::Real) {
         for seed in 1..50 {
             let s = random_system(seed * 7919, make);
             let x = solve(&s);
@@ -506,7 +392,7 @@ mod tests {
         let d = [Complex::new(0.5, -2.0)];
         solve_perturbed(&d, &d, &d, &b, &mut x, &mut workspace);
         for (x, b) in x.iter().zip(&b) {
-            assert!((*x * d[0] - *b).modulus() < 1e-15);
+            assert!((*x * d[0] - *b).cabs() < 1e-15);
         }
         // A zero pivot becomes the safe minimum: finite, if huge.
         let mut x = [0.0f64];
@@ -533,7 +419,7 @@ mod tests {
         assert_eq!(huge.quotient(huge), Complex::new(1.0, 0.0));
         let tiny = Complex::new(1e-300, -1e-300);
         let q = Complex::new(1.0, 0.0).quotient(tiny);
-        assert!((q - Complex::new(5e299, 5e299)).modulus() < 1e285);
+        assert!((q - Complex::new(5e299, 5e299)).cabs() < 1e285);
     }
 
     #[test]

@@ -31,11 +31,11 @@ impl GpuScalar for Complex<f64> {
 /// The launch of ferrax's small-matrix GPU kernel for `shape` on `gpu`'s device (`plan` gets
 /// m, n, the batch and the shared memory a block may opt in to), if one takes it; the GPU
 /// handlers give the rest to cuSOLVER or cuBLAS.
-pub(crate) fn small_kernel(
+pub(crate) fn small_kernel<A>(
     gpu: &GpuStream,
     shape: MatrixBatch,
-    plan: impl FnOnce(u32, u32, u64, usize) -> Option<LaunchConfig>,
-) -> Result<Option<LaunchConfig>> {
+    plan: impl FnOnce(u32, u32, u64, usize) -> Option<LaunchConfig<A>>,
+) -> Result<Option<LaunchConfig<A>>> {
     let (Ok(m), Ok(n)) = (u32::try_from(shape.rows), u32::try_from(shape.cols)) else {
         return Ok(None);
     };

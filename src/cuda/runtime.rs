@@ -1,7 +1,8 @@
 use crate::ffi::{Error, Result, ScratchAllocator, Stream};
 use cudarc::driver::{result, sys, DriverError};
-use ferrax_kernels::launch::LaunchConfig;
-use ferrax_kernels::relayout::Strides;
+use ferrax_kernels::launch::{KernelArgs, LaunchConfig};
+use ferrax_kernels::pointers::BatchPointersArgs;
+use ferrax_kernels::relayout::{CopyMatricesArgs, Strides};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -129,12 +130,13 @@ impl GpuStream {
         })
     }
 
-    /// Enqueues `config` with `params` (pointers to each kernel argument, in order).
+    /// Enqueues `config` with `args`, its entry point's one parameter (the argument struct,
+    /// which `cuLaunchKernel` copies: it need not outlive this call).
     ///
     /// # Safety
-    /// `params` must match the entry point's parameter list, and every device pointer in them
-    /// must stay valid until the kernel has run on this stream.
-    pub unsafe fn launch(&self, config: &LaunchConfig, params: &mut [*mut c_void]) -> Result<()> {
+    /// `args` must be what the entry's body requires (sizes, and arrays that hold them), and
+    /// every device pointer in it must stay valid until the kernel has run on this stream.
+    pub unsafe fn launch<A: KernelArgs>(&self, config: &LaunchConfig<A>, args: A) -> Result<()> {
         if config.grid == 0 {
             return Ok(());
         }
@@ -148,13 +150,14 @@ impl GpuStream {
             )
             .map_err(|e| driver_error(&format!("kernel {}: shared memory", config.kernel), e))?;
         }
+        let mut params = [&args as *const A as *mut c_void];
         result::launch_kernel(
             function,
             (config.grid, 1, 1),
             (config.block, 1, 1),
             config.shared_bytes,
             self.stream,
-            params,
+            &mut params,
         )
         .map_err(|e| {
             driver_error(
@@ -178,15 +181,14 @@ impl GpuStream {
     ) -> Result<*mut *mut T> {
         let pointers = scratch.allocate(count * std::mem::size_of::<u64>(), 8)?;
         let config = ferrax_kernels::pointers::batch_pointers_launch(count as u64);
-        let (base, stride, count) = (base as u64, stride_bytes as u64, count as u64);
-        let mut params = [
-            param(&pointers),
-            param(&base),
-            param(&stride),
-            param(&count),
-        ];
+        let args = BatchPointersArgs {
+            pointers: pointers.cast(),
+            base: base as u64,
+            stride: stride_bytes as u64,
+            count: count as u64,
+        };
         // SAFETY: `pointers` holds `count` words; the kernel writes nothing else.
-        unsafe { self.launch(&config, &mut params)? };
+        unsafe { self.launch(&config, args)? };
         Ok(pointers.cast())
     }
 
@@ -210,22 +212,21 @@ impl GpuStream {
         let (rows, cols, batch) = (rows as u64, cols as u64, batch as u64);
         let config = ferrax_kernels::relayout::copy_matrices_launch(bytes, rows * cols * batch)
             .ok_or_else(|| Error::internal(format!("no matrix copy for {bytes}-byte elements")))?;
-        let upper = upper as u32;
-        let mut params = [
-            param(&src),
-            param(&dst),
-            param(&rows),
-            param(&cols),
-            param(&batch),
-            param(&from.matrix),
-            param(&from.row),
-            param(&from.col),
-            param(&to.matrix),
-            param(&to.row),
-            param(&to.col),
-            param(&upper),
-        ];
-        self.launch(&config, &mut params)
+        let args = CopyMatricesArgs {
+            src: src.cast(),
+            dst: dst.cast(),
+            rows,
+            cols,
+            batch,
+            from_matrix: from.matrix,
+            from_row: from.row,
+            from_col: from.col,
+            to_matrix: to.matrix,
+            to_row: to.row,
+            to_col: to.col,
+            upper: upper as u32,
+        };
+        self.launch(&config, args)
     }
 
     /// Zeroes `bytes` of device memory at `ptr`, ordered on the stream.
@@ -407,11 +408,6 @@ impl<L: Library> Drop for Bound<'_, L> {
     fn drop(&mut self) {
         L::handles().give_back(self.gpu.context_key(), self.handle as usize);
     }
-}
-
-/// A kernel parameter: a pointer to the argument's value, as `cuLaunchKernel` takes them.
-pub fn param<T>(value: &T) -> *mut c_void {
-    value as *const T as *mut c_void
 }
 
 #[cfg(test)]

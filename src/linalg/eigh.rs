@@ -8,7 +8,7 @@ use super::parallel::{for_each_chunk, Pool, SharedMut};
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
 use ferrax_cpu_fallback::{ComplexLapack, Heevd, Lapack, Real, RealLapack, Syevd};
-use ferrax_kernels::small::eigh::{self as small_eigh, EighReal};
+use ferrax_kernels::small::eigh as small_eigh;
 use num_complex::Complex;
 use std::ffi::c_char;
 
@@ -178,7 +178,7 @@ impl<T: Evd> Workspace<T> {
 
 /// The scalars [`eigh`] takes: `?syevd` for real ones and `?heevd` (which also takes a real
 /// workspace) for complex ones, behind one signature, and the Rust solver's real type.
-pub trait Evd: LapackScalar + Lapack<Real: EighReal> {
+pub trait Evd: LapackScalar {
     type Routine: Copy + Send + Sync;
 
     fn routine() -> Result<Self::Routine>;

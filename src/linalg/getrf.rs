@@ -5,12 +5,13 @@ use super::matrix::InOut;
 use super::parallel::{by_simd_groups, for_each_chunk, Pool, SharedMut, SIMD_GROUP};
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
-use ferrax_kernels::small::{getf2, lanes, Scalar};
+use ferrax_kernels::scalar::Scalar;
+use ferrax_kernels::small::{getf2, simd};
 
 /// Up to this many rows and columns the matrices are factored in Rust, [`SIMD_GROUP`] at a
-/// time ([`lanes::getf2`]; [`getf2`] for the rest; LAPACK's unblocked algorithm and output):
+/// time ([`simd::getf2`]; [`getf2`] for the rest; LAPACK's unblocked algorithm and output):
 /// there one OpenBLAS call costs more than the factorization (per 16×16 f64 matrix, one core:
-/// `getf2` 709 ns, `lanes::getf2` 570 ns; `benches/cpu_linalg.py`).
+/// `getf2` 709 ns, `simd::getf2` 570 ns; `benches/cpu_linalg.py`).
 pub const SMALL_MAX: usize = 16;
 
 /// Factors every matrix of `a` (`m × n`) into `a.output`: `ipiv` gets its `min(m, n)` 1-based
@@ -55,7 +56,7 @@ pub fn getrf<T: LapackScalar>(
                     // SAFETY: matrices of this task, which it alone touches.
                     unsafe {
                         a.packed(first, SIMD_GROUP, true, &mut staged_group, |group, layout| {
-                            lanes::getf2(group, rows, cols, layout, p, info, &mut lane_scratch)
+                            simd::getf2(group, rows, cols, layout, p, info, &mut lane_scratch)
                         })
                     };
                 },

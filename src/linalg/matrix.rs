@@ -3,7 +3,7 @@
 //! that a core reads its operands where they are and stages a matrix only where its algorithm
 //! needs another layout.
 
-pub use ferrax_kernels::small::lanes::Layout;
+pub use ferrax_kernels::small::simd::Layout;
 
 /// `count` matrices of `rows × cols`: element `(b, i, j)` at
 /// `b·batch_stride + i·row_stride + j·col_stride` elements from the start (as faer's `MatMut`,

@@ -23,19 +23,19 @@ pub mod trsm;
 use crate::error::{Error, Result};
 use crate::ffi::NativeType;
 use ferrax_cpu_fallback::Lapack;
-use ferrax_kernels::small::qr::QrScalar;
+use ferrax_kernels::scalar::Scalar as KernelScalar;
 use num_complex::Complex;
 
 /// The four LAPACK scalars (f32, f64, c64, c128): LAPACK's routines for them, the Rust
 /// small-matrix kernels (whose real type is LAPACK's), and what generic code needs besides.
 pub trait LapackScalar:
     NativeType
-    + Lapack<Real: NativeType + Default + Into<f64>>
+    + Lapack<Real: NativeType + Default + Into<f64> + ferrax_kernels::scalar::Real>
     + Default
-    + QrScalar<Real = <Self as Lapack>::Real>
+    + KernelScalar<Real = <Self as Lapack>::Real>
 {
     /// The complex scalar of the same precision (eigenvalues of real matrices are complex).
-    type Complex: NativeType + Default + QrScalar<Real = <Self as Lapack>::Real>;
+    type Complex: NativeType + Default + KernelScalar<Real = <Self as Lapack>::Real>;
     /// The real part as f64 (LAPACK reports workspace sizes in the real part of `work[0]`).
     fn real_f64(self) -> f64;
     fn is_finite(self) -> bool;

@@ -211,7 +211,7 @@ pub fn by_simd_groups(range: Range<usize>, mut group: impl FnMut(usize), mut one
 }
 
 /// Matrices the CPU's SIMD small-matrix routines take at once.
-pub const SIMD_GROUP: usize = ferrax_kernels::small::lanes::LANES;
+pub const SIMD_GROUP: usize = ferrax_kernels::small::simd::LANES;
 
 /// A raw pointer that pool tasks may share: each task touches a disjoint part of the buffer
 /// it points into.

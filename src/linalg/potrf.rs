@@ -7,14 +7,15 @@ use super::parallel::{by_simd_groups, for_each_chunk, Pool, SharedMut, SIMD_GROU
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
 use ferrax_cpu_fallback::Potrf;
-use ferrax_kernels::small::{lanes, potf2, Real, Scalar};
-use ferrax_kernels::small::lanes::LANES;
+use ferrax_kernels::scalar::{Real, Scalar};
+use ferrax_kernels::small::simd::{self, LANES};
+use ferrax_kernels::small::potf2;
 use std::ffi::c_char;
 
 /// Up to this order the matrices are factored in Rust, [`SIMD_GROUP`] at a time
-/// ([`lanes::potf2`]; [`potf2`] for the rest): there one OpenBLAS call costs more than the
+/// ([`simd::potf2`]; [`potf2`] for the rest): there one OpenBLAS call costs more than the
 /// factorization (per 16×16 f64 matrix, one core: OpenBLAS 470 ns, `potf2` 740 ns,
-/// `lanes::potf2` 376 ns; at 32 OpenBLAS is faster).
+/// `simd::potf2` 376 ns; at 32 OpenBLAS is faster).
 pub const SMALL_MAX: usize = 16;
 
 /// Factors every `n × n` matrix of `a` into `a.output`, in its `uplo` triangle (the other
@@ -116,7 +117,7 @@ impl<T: Copy> Factors<T> for InPlaceFactors<T> {
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T]) -> [i32; LANES],
     ) -> [i32; LANES] {
-        // lanes::potf2 reads column-major groups only.
+        // simd::potf2 reads column-major groups only.
         self.0
             .packed(first, SIMD_GROUP, false, scratch, |group, _| f(group))
     }
@@ -208,7 +209,7 @@ fn factor_batch<T: LapackScalar, F: Factors<T> + Sync>(
                 let info = unsafe {
                     matrices.group(first, &mut staged_group, |group| {
                         let mut info = [0; LANES];
-                        lanes::potf2(group, n, lower, &mut info, &mut lane_scratch);
+                        simd::potf2(group, n, lower, &mut info, &mut lane_scratch);
                         info
                     })
                 };

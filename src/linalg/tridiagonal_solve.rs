@@ -5,7 +5,8 @@ use super::matrix::InOut;
 use super::parallel::{for_each_chunk, for_each_parallel, Pool, SharedMut};
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
-use ferrax_kernels::tridiagonal::{self, Field};
+use ferrax_kernels::scalar::Scalar as KernelScalar;
+use ferrax_kernels::tridiagonal;
 
 /// The diagonals' expected length, else an error.
 fn expect_diagonals(count: usize, rows: usize, lens: [usize; 3]) -> Result<()> {
@@ -77,8 +78,8 @@ pub fn gtsv<T: LapackScalar>(
 }
 
 /// The scalars of the perturbed solve: LAPACK's four, with the kernel's arithmetic.
-pub trait PerturbedScalar: LapackScalar + Field {}
-impl<T: LapackScalar + Field> PerturbedScalar for T {}
+pub trait PerturbedScalar: LapackScalar + KernelScalar {}
+impl<T: LapackScalar + KernelScalar> PerturbedScalar for T {}
 
 /// The solution of every system by Gaussian elimination that perturbs tiny pivots instead of
 /// failing (ferrax-kernels' `solve_perturbed`, as jaxlib's `tridiagonal_solve_perturbed_ffi`):
@@ -96,7 +97,7 @@ pub fn solve_perturbed<T: PerturbedScalar>(
     let workspace_len = tridiagonal::workspace_len(rows, cols);
     let flops = rows.saturating_mul(cols.saturating_mul(8).saturating_add(10));
     for_each_chunk(pool, count, flops, &|range| {
-        let mut workspace = vec![<T as Field>::ZERO; workspace_len];
+        let mut workspace = vec![<T as KernelScalar>::ZERO; workspace_len];
         let mut staged = [Vec::new(), Vec::new()];
         for i in range {
             let diagonals = i * rows..(i + 1) * rows;

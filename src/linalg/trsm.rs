@@ -7,7 +7,8 @@ use super::matrix::{Batch, InOut};
 use super::parallel::{for_each_parallel, Pool};
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
-use ferrax_kernels::small::{self, Scalar, Transpose};
+use ferrax_kernels::scalar::Scalar;
+use ferrax_kernels::small::{self, Transpose};
 
 /// Up to this many rows and columns of `B` the solve runs in Rust ([`small::trsm`]): there
 /// one BLAS call costs more than the solve, and concurrent calls contend inside OpenBLAS

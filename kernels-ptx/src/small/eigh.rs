@@ -9,8 +9,8 @@
 //! signs and phases those of stock jax in all but near-degenerate cases; the values differ by
 //! rounding only.
 
-use super::qr::{lapy, lapy2, larfg, QrReal, QrScalar};
-use super::Real;
+use super::qr::{lapy, lapy2, larfg};
+use crate::scalar::{Real, Scalar};
 
 /// The largest order [`eigh`] takes (one column of the reduction is held in an array).
 pub const MAX_ORDER: usize = 32;
@@ -19,20 +19,6 @@ pub const MAX_ORDER: usize = 32;
 /// it is mirrored (upper triangle only) and the reflectors' `tau`.
 pub const fn scratch_len(n: usize) -> usize {
     2 * n * n + n
-}
-
-/// What the eigensolver needs of the real type beyond [`QrReal`].
-pub trait EighReal: QrReal {
-    /// `xLAMCH('P')`, the distance from 1 to the next larger number.
-    const PRECISION: Self;
-}
-
-impl EighReal for f32 {
-    const PRECISION: Self = f32::EPSILON;
-}
-
-impl EighReal for f64 {
-    const PRECISION: Self = f64::EPSILON;
 }
 
 /// The constants of `xSYEVD` and `xSTEQR`, derived as LAPACK derives them.
@@ -58,15 +44,15 @@ struct Constants<R> {
     rmax: R,
 }
 
-impl<R: EighReal> Constants<R> {
+impl<R: Real> Constants<R> {
     fn new() -> Self {
         let (zero, one) = (R::ZERO, R::ONE);
         let two = one + one;
         let half = one / two;
-        let eps = R::PRECISION * half;
+        let eps = R::EPSILON * half;
         let safmin = R::SAFE_MIN;
         let safmax = one / safmin;
-        let smlnum = safmin / R::PRECISION;
+        let smlnum = safmin / R::EPSILON;
         Constants {
             zero,
             one,
@@ -107,7 +93,7 @@ fn max_nan<R: Real>(value: R, sum: R) -> R {
 ///
 /// # Panics
 /// If `n > MAX_ORDER` or a slice is too short.
-pub fn eigh<T: QrScalar<Real: EighReal>>(
+pub fn eigh<T: Scalar>(
     a: &mut [T],
     n: usize,
     lower: bool,
@@ -205,7 +191,7 @@ fn stored_at(n: usize, lower: bool, i: usize, j: usize) -> usize {
 
 /// The lower triangle of the Hermitian matrix to reduce into `h` (diagonal made real): `a`'s,
 /// or for an upper `a` the lower one of `P·A·P` ([`stored_at`]).
-fn load_lower<T: QrScalar>(a: &[T], n: usize, lower: bool, h: &mut [T]) {
+fn load_lower<T: Scalar>(a: &[T], n: usize, lower: bool, h: &mut [T]) {
     for j in 0..n {
         for i in j..n {
             let x = a[stored_at(n, lower, i, j)];
@@ -226,7 +212,7 @@ pub const fn sytd2_scratch_len(n: usize) -> usize {
 ///
 /// # Panics
 /// If `n > MAX_ORDER` or a slice is too short.
-pub fn sytd2<T: QrScalar>(
+pub fn sytd2<T: Scalar>(
     a: &mut [T],
     n: usize,
     lower: bool,
@@ -257,7 +243,7 @@ pub fn sytd2<T: QrScalar>(
 
 /// `xSYTD2`/`xHETD2('L')` on the lower triangle of `h` (real diagonal): `d`, `e[..n-1]`, and
 /// the reflectors below the subdiagonal with their `tau`.
-fn hetd2_lower<T: QrScalar>(
+fn hetd2_lower<T: Scalar>(
     h: &mut [T],
     n: usize,
     d: &mut [T::Real],
@@ -323,7 +309,7 @@ fn hetd2_lower<T: QrScalar>(
 
 /// `xLASCL('G')` of a real vector from `cfrom` to `cto`: multiplied by `cto/cfrom` in steps
 /// that neither overflow nor underflow.
-fn lascl<R: EighReal>(cfrom: R, cto: R, x: &mut [R], k: &Constants<R>) {
+fn lascl<R: Real>(cfrom: R, cto: R, x: &mut [R], k: &Constants<R>) {
     let (smlnum, bignum) = (k.safmin, k.safmax);
     let (mut cfromc, mut ctoc) = (cfrom, cto);
     loop {
@@ -358,7 +344,7 @@ fn lascl<R: EighReal>(cfrom: R, cto: R, x: &mut [R], k: &Constants<R>) {
 
 /// `xLARTG` (LAPACK ≥ 3.10): `(c, s, r)` with `[c s; -s c]·[f; g] = [r; 0]`, `c ≥ 0` and `r`
 /// carrying the sign of `f`.
-fn lartg<R: EighReal>(f: R, g: R, k: &Constants<R>) -> (R, R, R) {
+fn lartg<R: Real>(f: R, g: R, k: &Constants<R>) -> (R, R, R) {
     let (f1, g1) = (f.abs(), g.abs());
     if g == k.zero {
         (k.one, k.zero, f)
@@ -381,7 +367,7 @@ fn lartg<R: EighReal>(f: R, g: R, k: &Constants<R>) -> (R, R, R) {
 
 /// `xLAEV2(a, b, c)`: the eigenvalues `rt1` (larger in magnitude) and `rt2` of
 /// `[a b; b c]`, and `(cs1, sn1)`, the unit eigenvector of `rt1`.
-fn laev2<R: EighReal>(a: R, b: R, c: R, k: &Constants<R>) -> (R, R, R, R) {
+fn laev2<R: Real>(a: R, b: R, c: R, k: &Constants<R>) -> (R, R, R, R) {
     let sm = a + c;
     let df = a - c;
     let adf = df.abs();
@@ -430,7 +416,7 @@ fn laev2<R: EighReal>(a: R, b: R, c: R, k: &Constants<R>) -> (R, R, R, R) {
 
 /// `xLASR('R', 'V', ·)` for one plane: columns `j` and `j+1` of `z` (`n` rows) become
 /// `(s·z₊ + c·zⱼ, c·z₊ - s·zⱼ)`.
-fn rotate<T: QrScalar>(z: &mut [T], n: usize, j: usize, c: T::Real, s: T::Real) {
+fn rotate<T: Scalar>(z: &mut [T], n: usize, j: usize, c: T::Real, s: T::Real) {
     if c == <T::Real as Real>::ONE && s == <T::Real as Real>::ZERO {
         return;
     }
@@ -449,7 +435,7 @@ fn lanst<R: Real>(d: &[R], e: &[R]) -> R {
 
 /// `xSTEQR` with `COMPZ = 'V'` (`z` given: its columns are rotated along) or `'N'`: the
 /// eigenvalues of the symmetric tridiagonal `(d, e[..n-1])` into `d`, ascending.
-fn steqr<T: QrScalar<Real: EighReal>>(
+fn steqr<T: Scalar>(
     d: &mut [T::Real],
     e: &mut [T::Real],
     mut z: Option<&mut [T]>,

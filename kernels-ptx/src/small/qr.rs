@@ -14,95 +14,12 @@
 //! order ([`geqrf_block`], [`orgqr_block`]).
 
 use super::{
-    dynamic_shared, lane_group, launch, padded_bytes, shfl, stage, Keep, LaneGroup, Real, Scalar,
-    Staging, Variant, MAX_SHARED_BYTES,
+    dynamic_shared, lane_group, launch, padded_bytes, shfl, stage, Keep, LaneGroup, Staging,
+    Variant, MAX_SHARED_BYTES,
 };
 use crate::grid::{block_dim_x, block_idx_x, grid_dim_x, sync_threads, thread_idx_x};
-use crate::launch::{LaunchConfig, ScalarKind};
-use core::ops::Neg;
-use num_complex::Complex;
-
-/// What `xLARFG` needs of the real type beyond [`Real`].
-pub trait QrReal: Real {
-    /// `xLAMCH('S') / xLAMCH('E')`: below it `xLARFG` rescales (`|beta|` too small for
-    /// `1 / (alpha - beta)`).
-    const LARFG_SAFMIN: Self;
-    /// `1 / LARFG_SAFMIN`.
-    const LARFG_RSAFMN: Self;
-    /// `xLAMCH('O')`, the largest finite value.
-    const HUGE: Self;
-    /// `|self|` with the sign of `s` (Fortran's `SIGN`, honouring -0).
-    fn copysign(self, s: Self) -> Self;
-    /// An exact power of two `p` with `x·p` in about `[1, 2)` for a finite `x > 0`; clamped to
-    /// the normal range, so `x·p` may be smaller for subnormal or tiny `x`.
-    fn recip_pow2(self) -> Self;
-}
-
-impl QrReal for f32 {
-    const LARFG_SAFMIN: Self = f32::MIN_POSITIVE / (f32::EPSILON * 0.5); // 2^-102
-    const LARFG_RSAFMN: Self = 1.0 / Self::LARFG_SAFMIN;
-    const HUGE: Self = f32::MAX;
-    #[inline(always)]
-    fn copysign(self, s: Self) -> Self {
-        f32::from_bits(self.to_bits() & 0x7fff_ffff | s.to_bits() & 0x8000_0000)
-    }
-    #[inline(always)]
-    fn recip_pow2(self) -> Self {
-        let e = ((self.to_bits() >> 23) & 0xff) as i32 - 127;
-        f32::from_bits(((127 - e.clamp(-126, 126)) as u32) << 23)
-    }
-}
-
-impl QrReal for f64 {
-    const LARFG_SAFMIN: Self = f64::MIN_POSITIVE / (f64::EPSILON * 0.5); // 2^-969
-    const LARFG_RSAFMN: Self = 1.0 / Self::LARFG_SAFMIN;
-    const HUGE: Self = f64::MAX;
-    #[inline(always)]
-    fn copysign(self, s: Self) -> Self {
-        f64::from_bits(self.to_bits() & !(1 << 63) | s.to_bits() & 1 << 63)
-    }
-    #[inline(always)]
-    fn recip_pow2(self) -> Self {
-        let e = ((self.to_bits() >> 52) & 0x7ff) as i64 - 1023;
-        f64::from_bits(((1023 - e.clamp(-1022, 1022)) as u64) << 52)
-    }
-}
-
-/// The element types of the QR kernels: what the real and complex `xLARFG` tell apart.
-pub trait QrScalar: Scalar<Real: QrReal> + Neg<Output = Self> {
-    const COMPLEX: bool;
-    fn im(self) -> Self::Real;
-    fn from_re_im(re: Self::Real, im: Self::Real) -> Self;
-}
-
-macro_rules! qr_scalar {
-    ($t:ty) => {
-        impl QrScalar for $t {
-            const COMPLEX: bool = false;
-            #[inline(always)]
-            fn im(self) -> $t {
-                0.0
-            }
-            #[inline(always)]
-            fn from_re_im(re: $t, _: $t) -> Self {
-                re
-            }
-        }
-        impl QrScalar for Complex<$t> {
-            const COMPLEX: bool = true;
-            #[inline(always)]
-            fn im(self) -> $t {
-                self.im
-            }
-            #[inline(always)]
-            fn from_re_im(re: $t, im: $t) -> Self {
-                Complex::new(re, im)
-            }
-        }
-    };
-}
-qr_scalar!(f32);
-qr_scalar!(f64);
+use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig, ScalarKind};
+use crate::scalar::{Real, Scalar};
 
 /// A column the Householder helpers ([`larfg`]) work on: `W` registers (`[T; W]`), whose rows
 /// are visited by `unrolled!` so that every index is a constant after inlining, or memory (a
@@ -154,7 +71,7 @@ impl<T: Copy> Column<T> for [T] {
 /// squares of the parts in order (Blue's algorithm for mid-range values, LAPACK ≥ 3.10); when
 /// that overflows or underflows, the sum again with the parts scaled by an exact power of two.
 #[inline(always)]
-fn nrm2<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, lo: usize, m: u32) -> T::Real {
+fn nrm2<T: Scalar, C: Column<T> + ?Sized>(x: &mut C, lo: usize, m: u32) -> T::Real {
     let zero = <T::Real as Real>::ZERO;
     let mut ssq = zero;
     x.each_row(lo, m, |x, r| {
@@ -198,7 +115,7 @@ fn nrm2<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, lo: usize, m: u32) -> T::
 
 /// `xLAPY2(x, y)`: `sqrt(x² + y²)` without unnecessary overflow, NaN if either is NaN.
 #[inline(always)]
-pub(crate) fn lapy2<R: QrReal>(x: R, y: R) -> R {
+pub(crate) fn lapy2<R: Real>(x: R, y: R) -> R {
     if x.is_nan() {
         return x;
     }
@@ -217,7 +134,7 @@ pub(crate) fn lapy2<R: QrReal>(x: R, y: R) -> R {
 /// `xLAPY2(x, z)` (real) or `xLAPY3(x, y, z)` (complex): `sqrt(x² + y² + z²)` without
 /// unnecessary overflow, in LAPACK's formulas.
 #[inline(always)]
-pub(crate) fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
+pub(crate) fn lapy<T: Scalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
     if !T::COMPLEX {
         return lapy2(x, z);
     }
@@ -225,7 +142,7 @@ pub(crate) fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
     let (xa, ya, za) = (x.abs(), y.abs(), z.abs());
     let w = if xa < ya { ya } else { xa };
     let w = if w < za { za } else { w };
-    if w == zero || w > <T::Real as QrReal>::HUGE {
+    if w == zero || w > <T::Real as Real>::HUGE {
         return xa + ya + za;
     }
     let (p, q, r) = (xa / w, ya / w, za / w);
@@ -235,7 +152,7 @@ pub(crate) fn lapy<T: QrScalar>(x: T::Real, y: T::Real, z: T::Real) -> T::Real {
 /// `xLARFG` on the column `x[i..m]` (`alpha = x[i]`; `i` a constant after inlining for
 /// registers): leaves `beta` in `x[i]`, `v` below it, and returns `tau`.
 #[inline(always)]
-pub(crate) fn larfg<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, i: usize, m: u32) -> T {
+pub(crate) fn larfg<T: Scalar, C: Column<T> + ?Sized>(x: &mut C, i: usize, m: u32) -> T {
     let zero = <T::Real as Real>::ZERO;
     // DLARFG returns for a column of one element (N ≤ 1); ZLARFG still makes it real.
     if !T::COMPLEX && i as u32 + 1 >= m {
@@ -248,8 +165,8 @@ pub(crate) fn larfg<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, i: usize, m: 
     }
     let mut beta = -lapy::<T>(alphr, alphi, xnorm).copysign(alphr);
     let (safmin, rsafmn) = (
-        <T::Real as QrReal>::LARFG_SAFMIN,
-        <T::Real as QrReal>::LARFG_RSAFMN,
+        <T::Real as Real>::LARFG_SAFMIN,
+        <T::Real as Real>::LARFG_RSAFMN,
     );
     let mut knt = 0;
     if beta.abs() < safmin {
@@ -282,7 +199,7 @@ pub(crate) fn larfg<T: QrScalar, C: Column<T> + ?Sized>(x: &mut C, i: usize, m: 
 /// `xLARF('Left')` of the reflector `(1, v[1..])` and `tau` to the column `c` (as long as `v`),
 /// as the kernels apply it: `w = Σ conj(c[r])·v[r]` in order, then `c[r] += v[r]·(-tau·conj(w))`
 /// unless `tau` or `w` is zero.
-pub fn larf<T: QrScalar>(v: &[T], tau: T, c: &mut [T]) {
+pub fn larf<T: Scalar>(v: &[T], tau: T, c: &mut [T]) {
     if tau == T::ZERO {
         return;
     }
@@ -306,7 +223,7 @@ pub fn larf<T: QrScalar>(v: &[T], tau: T, c: &mut [T]) {
 ///
 /// # Panics
 /// If a slice is too short.
-pub fn geqr2<T: QrScalar>(a: &mut [T], m: usize, n: usize, tau: &mut [T]) {
+pub fn geqr2<T: Scalar>(a: &mut [T], m: usize, n: usize, tau: &mut [T]) {
     let a = &mut a[..m * n];
     for i in 0..m.min(n) {
         let (left, right) = a.split_at_mut((i + 1) * m);
@@ -324,7 +241,7 @@ pub fn geqr2<T: QrScalar>(a: &mut [T], m: usize, n: usize, tau: &mut [T]) {
 ///
 /// # Panics
 /// If a slice is too short.
-pub fn org2r<T: QrScalar>(a: &mut [T], m: usize, n: usize, lda: usize, k: usize, tau: &[T]) {
+pub fn org2r<T: Scalar>(a: &mut [T], m: usize, n: usize, lda: usize, k: usize, tau: &[T]) {
     if n == 0 {
         return;
     }
@@ -351,7 +268,7 @@ pub fn org2r<T: QrScalar>(a: &mut [T], m: usize, n: usize, lda: usize, k: usize,
 /// `xLARF('Right')` of the reflector `(1, v[1..])` and `tau` to one row `x` of a matrix (element
 /// `r` at `x[r·stride]`, as long as `v`), as LAPACK applies it to each row: `w = Σ x[r]·v[r]`
 /// in order (xGEMV), then `x[r] += w·(-tau·conj(v[r]))` (xGERC) unless `tau` or `w` is zero.
-pub fn larf_row<T: QrScalar>(v: &[T], tau: T, x: &mut [T], stride: usize) {
+pub fn larf_row<T: Scalar>(v: &[T], tau: T, x: &mut [T], stride: usize) {
     if tau == T::ZERO {
         return;
     }
@@ -371,7 +288,7 @@ pub fn larf_row<T: QrScalar>(v: &[T], tau: T, x: &mut [T], stride: usize) {
 /// (`left`, contiguous: `stride` 1) or a row, given `reflector(i)`, reflector `i` from its
 /// diagonal down (`v`, the diagonal not read) and its `tau`. The reflectors go first to last
 /// for `Qᴴ·C` and `C·Q`, last to first for `Q·C` and `C·Qᴴ`, with `conj(tau)` for `Qᴴ`.
-pub fn orm2r_vector<'a, T: QrScalar + 'a>(
+pub fn orm2r_vector<'a, T: Scalar + 'a>(
     x: &mut [T],
     stride: usize,
     k: usize,
@@ -400,7 +317,7 @@ pub fn orm2r_vector<'a, T: QrScalar + 'a>(
 /// # Panics
 /// If a slice is too short.
 #[allow(clippy::too_many_arguments)] // LAPACK's argument list
-pub fn orm2r<T: QrScalar>(
+pub fn orm2r<T: Scalar>(
     a: &[T],
     lda: usize,
     tau: &[T],
@@ -436,7 +353,7 @@ const fn keep_reflector<T>(w: usize) -> bool {
 /// `w = Σ conj(x[r])·v[r]` (xGEMV, in order), then `x[r] += v[r]·(-tau_l·conj(w))` (xGER/xGERC,
 /// skipped for `w = 0`). Every lane of the warp must call it (shuffles).
 #[inline(always)]
-unsafe fn larf_left<T: QrScalar, const W: usize>(
+unsafe fn larf_left<T: Scalar, const W: usize>(
     x: &mut [T; W],
     i: usize,
     m: u32,
@@ -502,7 +419,7 @@ const fn staging(rows: u32, cols: u32, m: u32) -> Staging {
 // there, the tests' build takes many times as long).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
 #[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
-unsafe fn geqr2_lanes<T: QrScalar, const W: usize>(
+unsafe fn geqr2_lanes<T: Scalar, const W: usize>(
     col: &mut [T; W],
     lane: u32,
     lead: u32,
@@ -533,7 +450,7 @@ unsafe fn geqr2_lanes<T: QrScalar, const W: usize>(
 // there, the tests' build takes many times as long).
 #[cfg_attr(target_arch = "nvptx64", inline(always))]
 #[cfg_attr(not(target_arch = "nvptx64"), inline(never))]
-unsafe fn org2r_lanes<T: QrScalar, const W: usize>(
+unsafe fn org2r_lanes<T: Scalar, const W: usize>(
     col: &mut [T; W],
     my_tau: T,
     lane: u32,
@@ -597,17 +514,79 @@ fn identity_column<T: Scalar, const W: usize>(col: &mut [T; W], lane: u32, m: u3
     });
 }
 
+kernel_args! {
+    /// The arguments of the geqrf entries ([`geqrf_rows`], [`geqrf_block`]): the `batch`
+    /// column-major `m×n` matrices `a` factored in place, `min(m, n)` taus each into `tau`.
+    pub struct GeqrfArgs<T> {
+        pub a: *mut T,
+        pub tau: *mut T,
+        pub m: u32,
+        pub n: u32,
+        pub batch: u64,
+    }
+}
+
+kernel_args! {
+    /// The arguments of the orgqr/ungqr entries ([`orgqr_rows`], [`orgqr_block`]): the first
+    /// `n` columns of Q in place of the `batch` column-major `m×n` matrices `a` holding `k`
+    /// reflectors, with their `k` taus each in `tau`.
+    pub struct OrgqrArgs<T> {
+        pub a: *mut T,
+        pub tau: *const T,
+        pub m: u32,
+        pub n: u32,
+        pub k: u32,
+        pub batch: u64,
+    }
+}
+
+kernel_args! {
+    /// The arguments of the ormqr/unmqr entries ([`ormqr_block`]): `c`'s `batch` matrices of
+    /// `vectors` vectors of `q` elements multiplied by Q (`transpose != 0`: Qᴴ) from the left
+    /// (`left != 0`, C `q×vectors`) or the right (C `vectors×q`), Q of order `q` from the `k`
+    /// reflectors in the first columns of `a`'s `q×a_cols` matrices and their taus in `tau`.
+    pub struct OrmqrArgs<T> {
+        pub a: *const T,
+        pub tau: *const T,
+        pub c: *mut T,
+        pub q: u32,
+        pub a_cols: u32,
+        pub k: u32,
+        pub vectors: u32,
+        pub batch: u64,
+        pub left: u32,
+        pub transpose: u32,
+    }
+}
+
+kernel_args! {
+    /// The arguments of jax's whole `qr` ([`qr_rows`], [`qr_block`]): the `batch` row-major
+    /// `m×n` matrices `a`, Q (`m×mq`) written to `q` and R (`mq×n`) to `r`, row-major, with
+    /// `mq = m` when `full_matrices != 0`, else `min(m, n)`.
+    pub struct QrArgs<T> {
+        pub a: *const T,
+        pub q: *mut T,
+        pub r: *mut T,
+        pub m: u32,
+        pub n: u32,
+        pub batch: u64,
+        pub full_matrices: u32,
+    }
+}
+
 /// `xGEQR2` of the `m×n` matrices (`max(m, n) ≤ W`), `W` lanes per matrix, lane = column.
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·min(m, n)`; the launch is [`geqrf_launch`]'s.
-pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(
-    a: *mut T,
-    tau: *mut T,
-    m: u32,
-    n: u32,
-    batch: u64,
-) {
+#[inline(always)]
+pub unsafe fn geqrf_rows<T: Scalar, const W: usize>(args: GeqrfArgs<T>) {
+    let GeqrfArgs {
+        a,
+        tau,
+        m,
+        n,
+        batch,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -651,14 +630,16 @@ pub unsafe fn geqrf_rows<T: QrScalar, const W: usize>(
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·k`; the launch is [`orgqr_launch`]'s.
-pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
-    a: *mut T,
-    tau: *const T,
-    m: u32,
-    n: u32,
-    k: u32,
-    batch: u64,
-) {
+#[inline(always)]
+pub unsafe fn orgqr_rows<T: Scalar, const W: usize>(args: OrgqrArgs<T>) {
+    let OrgqrArgs {
+        a,
+        tau,
+        m,
+        n,
+        k,
+        batch,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -712,15 +693,17 @@ pub unsafe fn orgqr_rows<T: QrScalar, const W: usize>(
 /// # Safety
 /// `a` holds `batch·m·n` elements, `q` `batch·m·mq`, `r` `batch·mq·n`; the launch is
 /// [`qr_launch`]'s.
-pub unsafe fn qr_rows<T: QrScalar, const W: usize>(
-    a: *const T,
-    q: *mut T,
-    r: *mut T,
-    m: u32,
-    n: u32,
-    batch: u64,
-    full_matrices: u32,
-) {
+#[inline(always)]
+pub unsafe fn qr_rows<T: Scalar, const W: usize>(args: QrArgs<T>) {
+    let QrArgs {
+        a,
+        q,
+        r,
+        m,
+        n,
+        batch,
+        full_matrices,
+    } = args;
     let Some(LaneGroup {
         groups,
         g,
@@ -804,7 +787,7 @@ unsafe fn shared_column<'a, T>(shared: *mut T, ld: u32, m: u32, j: u32) -> &'a m
 /// trailing column gets [`larf`] from a thread of its own; `taus[i]` (shared) gets `tau`.
 /// The same operations in the same order as [`geqr2`].
 #[inline(always)]
-unsafe fn geqr2_block<T: QrScalar>(shared: *mut T, taus: *mut T, ld: u32, m: u32, n: u32) {
+unsafe fn geqr2_block<T: Scalar>(shared: *mut T, taus: *mut T, ld: u32, m: u32, n: u32) {
     let (t, nb) = (thread_idx_x(), block_dim_x());
     for i in 0..m.min(n) {
         if t == i {
@@ -828,7 +811,7 @@ unsafe fn geqr2_block<T: QrScalar>(shared: *mut T, taus: *mut T, ld: u32, m: u32
 /// columns, `tau(i)` their taus: the trailing columns get [`larf`] from a thread each, then
 /// the reflector's own column is scaled in parallel over its rows. Equal to [`org2r`].
 #[inline(always)]
-unsafe fn org2r_block<T: QrScalar>(
+unsafe fn org2r_block<T: Scalar>(
     shared: *mut T,
     ld: u32,
     m: u32,
@@ -870,13 +853,21 @@ unsafe fn org2r_block<T: QrScalar>(
     }
 }
 
-/// `xGEQR2` with one block per `m×n` matrix (the **block** shape, past the lanes kernels: up
+/// `xGEQR2` with one block per `m×n` matrix (the **block** shape, past the warp kernels: up
 /// to 128 rows and columns as shared memory allows), the matrix in shared memory
 /// ([`geqr2_block`]), so the results equal [`geqr2`] bit for bit.
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·min(m, n)`; the launch is [`geqrf_launch`]'s.
-pub unsafe fn geqrf_block<T: QrScalar>(a: *mut T, tau: *mut T, m: u32, n: u32, batch: u64) {
+#[inline(always)]
+pub unsafe fn geqrf_block<T: Scalar>(args: GeqrfArgs<T>) {
+    let GeqrfArgs {
+        a,
+        tau,
+        m,
+        n,
+        batch,
+    } = args;
     let (t, nb) = (thread_idx_x(), block_dim_x());
     let (mn, ld, kmin) = (m * n, ld(m), m.min(n));
     let shared = dynamic_shared::<T>();
@@ -906,14 +897,16 @@ pub unsafe fn geqrf_block<T: QrScalar>(a: *mut T, tau: *mut T, m: u32, n: u32, b
 ///
 /// # Safety
 /// `a` holds `batch·m·n` elements, `tau` `batch·k`; the launch is [`orgqr_launch`]'s.
-pub unsafe fn orgqr_block<T: QrScalar>(
-    a: *mut T,
-    tau: *const T,
-    m: u32,
-    n: u32,
-    k: u32,
-    batch: u64,
-) {
+#[inline(always)]
+pub unsafe fn orgqr_block<T: Scalar>(args: OrgqrArgs<T>) {
+    let OrgqrArgs {
+        a,
+        tau,
+        m,
+        n,
+        k,
+        batch,
+    } = args;
     let (mn, ld) = (m * n, ld(m));
     let shared = dynamic_shared::<T>();
     let mut b = block_idx_x() as u64;
@@ -965,19 +958,20 @@ const fn ormqr_group(q: u32, k: u32, vectors: u32, size: usize) -> u32 {
 /// # Safety
 /// `a` holds `batch·q·a_cols` elements (`k ≤ min(q, a_cols)`), `tau` `batch·k`, `c`
 /// `batch·q·vectors`; the launch is [`ormqr_launch`]'s.
-#[allow(clippy::too_many_arguments)] // one per operand and dimension, as the entry point's
-pub unsafe fn ormqr_block<T: QrScalar>(
-    a: *const T,
-    tau: *const T,
-    c: *mut T,
-    q: u32,
-    a_cols: u32,
-    k: u32,
-    vectors: u32,
-    batch: u64,
-    left: u32,
-    transpose: u32,
-) {
+#[inline(always)]
+pub unsafe fn ormqr_block<T: Scalar>(args: OrmqrArgs<T>) {
+    let OrmqrArgs {
+        a,
+        tau,
+        c,
+        q,
+        a_cols,
+        k,
+        vectors,
+        batch,
+        left,
+        transpose,
+    } = args;
     let (t, nb) = (thread_idx_x(), block_dim_x());
     let (left, transpose) = (left != 0, transpose != 0);
     let (group, ldq) = (ormqr_group(q, k, vectors, core::mem::size_of::<T>()), ld(q));
@@ -1027,21 +1021,23 @@ pub unsafe fn ormqr_block<T: QrScalar>(
     }
 }
 
-/// [`qr_rows`] with one block per matrix (past the lanes kernels, as [`geqrf_block`]): the
+/// [`qr_rows`] with one block per matrix (past the warp kernels, as [`geqrf_block`]): the
 /// row-major matrix staged in, [`geqr2_block`], R staged out, [`org2r_block`] on the same
 /// shared copy, Q staged out.
 ///
 /// # Safety
 /// As [`qr_rows`], with [`qr_launch`]'s block launch.
-pub unsafe fn qr_block<T: QrScalar>(
-    a: *const T,
-    q: *mut T,
-    r: *mut T,
-    m: u32,
-    n: u32,
-    batch: u64,
-    full_matrices: u32,
-) {
+#[inline(always)]
+pub unsafe fn qr_block<T: Scalar>(args: QrArgs<T>) {
+    let QrArgs {
+        a,
+        q,
+        r,
+        m,
+        n,
+        batch,
+        full_matrices,
+    } = args;
     let (kmin, ld) = (m.min(n), ld(m));
     let mq = qr_q_columns(m, n, full_matrices != 0);
     let shared = dynamic_shared::<T>();
@@ -1130,42 +1126,74 @@ pub fn plan(
     Some((variant, grid, threads, shared))
 }
 
-const GEQRF_NAMES: [[&str; 5]; 4] = names!("geqrf");
-const ORGQR_NAMES: [[&str; 5]; 4] = names!("orgqr");
-const QR_NAMES: [[&str; 5]; 4] = names!("qr");
-
-/// Whether a geqrf entry exists for the size: none for c128 above 16 (at `W = 32` the kernel
-/// needs more than 255 registers).
-fn geqrf_has_kernel(kind: ScalarKind, m: u32, n: u32) -> bool {
-    kind != ScalarKind::C128 || m.max(n) <= 16
+kernel_entries! {
+    /// The geqrf entries, `ferrax_geqrf_small_<dtype>_<w4|w8|w16|w32|block>`: no c128 at
+    /// `W = 32`, where its 32 columns of 16 bytes plus xLARFG's temporaries exceed 255
+    /// registers (ptxas spills); [`geqrf_launch`] gives those sizes to the block kernel.
+    pub const GEQRF: Kernels<(ScalarKind, Variant), GeqrfArgs<_>>;
+    names [geqrf small] dtype variant;
+    variants = small(geqrf_rows, geqrf_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 block;
 }
 
-/// The launch of `ferrax_geqrf_small_<dtype>_<w4|w8|w16|w32|block>(a: *mut T, tau: *mut T,
-/// m: u32, n: u32, batch: u64)`: the lanes kernels up to 32 (16 for c128), the block kernel
-/// up to [`BLOCK_MAX_ORDER`] within `max_shared` bytes of shared memory per block; `None`
-/// past those (use cuSOLVER). `grid == 0` (batch 0) means there is nothing to launch.
+kernel_entries! {
+    /// The orgqr/ungqr entries, `ferrax_orgqr_small_<dtype>_<w4|w8|w16|w32|block>` (every
+    /// size: unlike geqrf, complex128 fits at `W = 32`).
+    pub const ORGQR: Kernels<(ScalarKind, Variant), OrgqrArgs<_>>;
+    names [orgqr small] dtype variant;
+    variants = small(orgqr_rows, orgqr_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 w32 block;
+}
+
+kernel_entries! {
+    /// The ormqr/unmqr entries, `ferrax_ormqr_small_<dtype>_block`.
+    pub const ORMQR: Kernels<(ScalarKind, Variant), OrmqrArgs<_>>;
+    names [ormqr small] dtype variant;
+    variants {
+        block => (Variant::Block, ormqr_block),
+    }
+    f32: block;
+    f64: block;
+    c64: block;
+    c128: block;
+}
+
+kernel_entries! {
+    /// jax's whole `qr`, `ferrax_qr_small_<dtype>_<w4|w8|w16|w32|block>`: no c128 at `W = 32`
+    /// (as [`GEQRF`]).
+    pub const QR: Kernels<(ScalarKind, Variant), QrArgs<_>>;
+    names [qr small] dtype variant;
+    variants = small(qr_rows, qr_block);
+    f32: w4 w8 w16 w32 block;
+    f64: w4 w8 w16 w32 block;
+    c64: w4 w8 w16 w32 block;
+    c128: w4 w8 w16 block;
+}
+
+/// The launch of `ferrax_geqrf_small_<dtype>_<w4|w8|w16|w32|block>` ([`GeqrfArgs`]): the warp
+/// kernels up to 32 (16 for c128, see [`GEQRF`]), the block kernel up to [`BLOCK_MAX_ORDER`]
+/// within `max_shared` bytes of shared memory per block; `None` past those (use cuSOLVER).
+/// `grid == 0` (batch 0) means there is nothing to launch.
 pub fn geqrf_launch(
     kind: ScalarKind,
     m: u32,
     n: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<LaunchConfig> {
-    if geqrf_has_kernel(kind, m, n) {
-        if let Some(lanes) = plan(kind, m, n, batch, None) {
-            return Some(launch(&GEQRF_NAMES, kind, lanes));
-        }
-    }
-    Some(launch(
-        &GEQRF_NAMES,
-        kind,
-        block_plan(kind, m, n, batch, max_shared)?,
-    ))
+) -> Option<LaunchConfig<GeqrfArgs<AnyElement>>> {
+    plan(kind, m, n, batch, None)
+        .and_then(|warps| launch(&GEQRF, kind, warps))
+        .or_else(|| launch(&GEQRF, kind, block_plan(kind, m, n, batch, max_shared)?))
 }
 
-/// The launch of `ferrax_orgqr_small_<dtype>_<w4|w8|w16|w32|block>(a: *mut T, tau: *const T,
-/// m: u32, n: u32, k: u32, batch: u64)` (complex: `ungqr`), sized as [`geqrf_launch`], or
-/// `None` when the arguments break `k ≤ n ≤ m`.
+/// The launch of `ferrax_orgqr_small_<dtype>_<w4|w8|w16|w32|block>` ([`OrgqrArgs`]; complex:
+/// `ungqr`), sized as [`geqrf_launch`], or `None` when the arguments break `k ≤ n ≤ m`.
 pub fn orgqr_launch(
     kind: ScalarKind,
     m: u32,
@@ -1173,33 +1201,20 @@ pub fn orgqr_launch(
     k: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<LaunchConfig> {
+) -> Option<LaunchConfig<OrgqrArgs<AnyElement>>> {
     if k > n || n > m {
         return None;
     }
-    if let Some(lanes) = plan(kind, m, n, batch, None) {
-        return Some(launch(&ORGQR_NAMES, kind, lanes));
-    }
-    Some(launch(
-        &ORGQR_NAMES,
-        kind,
-        block_plan(kind, m, n, batch, max_shared)?,
-    ))
+    plan(kind, m, n, batch, None)
+        .and_then(|warps| launch(&ORGQR, kind, warps))
+        .or_else(|| launch(&ORGQR, kind, block_plan(kind, m, n, batch, max_shared)?))
 }
 
-const ORMQR_NAMES: [&str; 4] = [
-    "ferrax_ormqr_small_f32_block",
-    "ferrax_ormqr_small_f64_block",
-    "ferrax_ormqr_small_c64_block",
-    "ferrax_ormqr_small_c128_block",
-];
-
-/// The launch of `ferrax_ormqr_small_<dtype>_block(a: *const T, tau: *const T, c: *mut T,
-/// q: u32, a_cols: u32, k: u32, vectors: u32, batch: u64, left: u32, transpose: u32)`
-/// ([`ormqr_block`]) for Q of order `q ≤` [`BLOCK_MAX_ORDER`] from `k` reflectors acting on
-/// `vectors ≤ 128` vectors of C per matrix (its columns from the left, its rows from the
-/// right), as many matrices per block as fit 128 threads and `max_shared` bytes; `None` past
-/// those (use cuSOLVER) or for `k > q`. `grid == 0` (batch 0) means nothing to launch.
+/// The launch of `ferrax_ormqr_small_<dtype>_block` ([`OrmqrArgs`], [`ormqr_block`]) for Q of
+/// order `q ≤` [`BLOCK_MAX_ORDER`] from `k` reflectors acting on `vectors ≤ 128` vectors of C
+/// per matrix (its columns from the left, its rows from the right), as many matrices per block
+/// as fit 128 threads and `max_shared` bytes; `None` past those (use cuSOLVER) or for `k > q`.
+/// `grid == 0` (batch 0) means nothing to launch.
 pub fn ormqr_launch(
     kind: ScalarKind,
     q: u32,
@@ -1207,7 +1222,7 @@ pub fn ormqr_launch(
     vectors: u32,
     batch: u64,
     max_shared: usize,
-) -> Option<LaunchConfig> {
+) -> Option<LaunchConfig<OrmqrArgs<AnyElement>>> {
     if q > BLOCK_MAX_ORDER || vectors > BLOCK_MAX_ORDER || k > q {
         return None;
     }
@@ -1216,12 +1231,12 @@ pub fn ormqr_launch(
     if shared > max_shared {
         return None;
     }
-    Some(LaunchConfig {
-        kernel: ORMQR_NAMES[kind.index()],
-        grid: batch.div_ceil(group as u64).min(1 << 20) as u32,
-        block: (group * vectors.max(1)).div_ceil(32) * 32,
-        shared_bytes: shared as u32,
-    })
+    ORMQR.launch(
+        (kind, Variant::Block),
+        batch.div_ceil(group as u64).min(1 << 20) as u32,
+        (group * vectors.max(1)).div_ceil(32) * 32,
+        shared as u32,
+    )
 }
 
 /// Columns of Q for jax's `qr` of `m×n` matrices: `m` with `full_matrices`, else `min(m, n)`.
@@ -1233,10 +1248,9 @@ pub const fn qr_q_columns(m: u32, n: u32, full_matrices: bool) -> u32 {
     }
 }
 
-/// The launch of `ferrax_qr_small_<dtype>_<w4|w8|w16|w32|block>(a: *const T, q: *mut T,
-/// r: *mut T, m: u32, n: u32, batch: u64, full_matrices: u32)` (row-major matrices, jax's
-/// `qr`), sized as [`geqrf_launch`] for matrices as wide as A and Q together; `None` past the
-/// kernels.
+/// The launch of `ferrax_qr_small_<dtype>_<w4|w8|w16|w32|block>` ([`QrArgs`]; row-major
+/// matrices, jax's `qr`), sized as [`geqrf_launch`] for matrices as wide as A and Q together;
+/// `None` past the kernels.
 pub fn qr_launch(
     kind: ScalarKind,
     m: u32,
@@ -1244,19 +1258,12 @@ pub fn qr_launch(
     batch: u64,
     full_matrices: bool,
     max_shared: usize,
-) -> Option<LaunchConfig> {
+) -> Option<LaunchConfig<QrArgs<AnyElement>>> {
     // The staged columns: A's, then Q's in the same place.
     let cols = n.max(qr_q_columns(m, n, full_matrices));
-    if geqrf_has_kernel(kind, m, n) {
-        if let Some(lanes) = plan(kind, m, cols, batch, None) {
-            return Some(launch(&QR_NAMES, kind, lanes));
-        }
-    }
-    Some(launch(
-        &QR_NAMES,
-        kind,
-        block_plan(kind, m, cols, batch, max_shared)?,
-    ))
+    plan(kind, m, cols, batch, None)
+        .and_then(|warps| launch(&QR, kind, warps))
+        .or_else(|| launch(&QR, kind, block_plan(kind, m, cols, batch, max_shared)?))
 }
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]

@@ -7,7 +7,7 @@
 //! results are LAPACK's: packed `L\U` with 1-based pivots, or the Cholesky factor in one
 //! triangle, and `info`. Nothing outside the `m×n` (or the `uplo` triangle) is written.
 
-use super::{Real, Scalar};
+use crate::scalar::{Real, Scalar};
 
 /// Checks that `a` holds an `m×n` column-major matrix with leading dimension `lda`.
 fn check_len<T>(a: &[T], m: usize, n: usize, lda: usize) {

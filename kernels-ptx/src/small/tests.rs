@@ -1,12 +1,13 @@
 extern crate std;
 
 use super::*;
-use crate::grid;
+use crate::launch::run_on_host;
+use num_complex::Complex;
 use std::vec;
 use std::vec::Vec;
 
 /// Element types under test: their kind, random values and an exact comparison.
-pub(super) trait TestScalar: Scalar + core::fmt::Debug + Send + Sync {
+pub(super) trait TestScalar: Scalar + core::fmt::Debug + Send + Sync + 'static {
     const KIND: ScalarKind;
     const EPS: f64;
     fn from_parts(re: f64, im: f64) -> Self;
@@ -96,11 +97,6 @@ impl Rng {
     }
 }
 
-#[derive(Clone, Copy)]
-pub(super) struct Ptr<T>(pub(super) *mut T);
-unsafe impl<T> Send for Ptr<T> {}
-unsafe impl<T> Sync for Ptr<T> {}
-
 /// The `batch` column-major `rows×cols` matrices of `a`, each transposed: row-major, or (with
 /// `rows` and `cols` swapped) back to column-major.
 pub(super) fn transposed<T: Copy>(a: &[T], rows: usize, cols: usize) -> Vec<T> {
@@ -141,31 +137,21 @@ fn run_getrf<T: TestScalar>(
         plan(T::KIND, m, n, batch, Some(threads), HOPPER_SHARED).unwrap();
     let mut ipiv = vec![-7; batch as usize * m.min(n) as usize];
     let mut info = vec![-7; batch as usize];
-    let (pa, pp, pi) = (
-        Ptr(a.as_mut_ptr()),
-        Ptr(ipiv.as_mut_ptr()),
-        Ptr(info.as_mut_ptr()),
-    );
-    let ps = if row_major {
-        Ptr(source.as_ptr() as *mut T)
-    } else {
-        pa
+    let factors = a.as_mut_ptr();
+    let args = GetrfArgs {
+        // Out of place from the row-major copy, or in place.
+        src: if row_major { source.as_ptr() } else { factors },
+        a: factors,
+        ipiv: ipiv.as_mut_ptr(),
+        info: info.as_mut_ptr(),
+        m,
+        n,
+        batch,
+        row_major: row_major as u32,
     };
     let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
-    grid::launch(grid_dim, block, scratch, move || unsafe {
-        // The wrappers whole (closures capture fields of them otherwise, raw pointers).
-        let (src, a, ipiv, info) = (ps, pa, pp, pi);
-        let (src, a, ipiv, info) = (src.0, a.0, ipiv.0, info.0);
-        let layout = row_major as u32;
-        match variant {
-            Variant::Rows(4) => getrf_rows::<T, 4>(src, a, ipiv, info, m, n, batch, layout),
-            Variant::Rows(8) => getrf_rows::<T, 8>(src, a, ipiv, info, m, n, batch, layout),
-            Variant::Rows(16) => getrf_rows::<T, 16>(src, a, ipiv, info, m, n, batch, layout),
-            Variant::Rows(32) => getrf_rows::<T, 32>(src, a, ipiv, info, m, n, batch, layout),
-            Variant::Rows(_) => unreachable!(),
-            Variant::Block => getrf_block::<T>(src, a, ipiv, info, m, n, batch, layout),
-        }
-    });
+    let kernel = GETRF.name((T::KIND, variant)).unwrap();
+    unsafe { run_on_host(kernel, grid_dim, block, scratch, args) };
     if row_major {
         a.copy_from_slice(&transposed(a, n as usize, m as usize));
     }
@@ -182,20 +168,16 @@ fn run_potrf<T: TestScalar>(
     let (variant, grid_dim, block, shared) =
         plan(T::KIND, n, n, batch, Some(threads), HOPPER_SHARED).unwrap();
     let mut info = vec![-7; batch as usize];
-    let (pa, pi) = (Ptr(a.as_mut_ptr()), Ptr(info.as_mut_ptr()));
+    let args = PotrfArgs {
+        a: a.as_mut_ptr(),
+        info: info.as_mut_ptr(),
+        n,
+        batch,
+        lower: lower as u32,
+    };
     let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
-    let lower = lower as u32;
-    grid::launch(grid_dim, block, scratch, move || unsafe {
-        let (a, info) = (pa, pi);
-        match variant {
-            Variant::Rows(4) => potrf_rows::<T, 4>(a.0, info.0, n, batch, lower),
-            Variant::Rows(8) => potrf_rows::<T, 8>(a.0, info.0, n, batch, lower),
-            Variant::Rows(16) => potrf_rows::<T, 16>(a.0, info.0, n, batch, lower),
-            Variant::Rows(32) => potrf_rows::<T, 32>(a.0, info.0, n, batch, lower),
-            Variant::Rows(_) => unreachable!(),
-            Variant::Block => potrf_block::<T>(a.0, info.0, n, batch, lower),
-        }
-    });
+    let kernel = POTRF.name((T::KIND, variant)).unwrap();
+    unsafe { run_on_host(kernel, grid_dim, block, scratch, args) };
     info
 }
 
@@ -601,20 +583,16 @@ fn run_cholesky<T: TestScalar>(
         grid_dim
     };
     let mut l = vec![T::from_parts(-7.0, 3.0); a.len()];
-    let (pa, pl) = (Ptr(a.as_ptr() as *mut T), Ptr(l.as_mut_ptr()));
+    let args = CholeskyArgs {
+        a: a.as_ptr(),
+        l: l.as_mut_ptr(),
+        n,
+        batch,
+        symmetrize: symmetrize as u32,
+    };
     let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
-    let symmetrize = symmetrize as u32;
-    grid::launch(grid_dim, block, scratch, move || unsafe {
-        let (a, l) = (pa, pl);
-        match variant {
-            Variant::Rows(4) => cholesky_rows::<T, 4>(a.0, l.0, n, batch, symmetrize),
-            Variant::Rows(8) => cholesky_rows::<T, 8>(a.0, l.0, n, batch, symmetrize),
-            Variant::Rows(16) => cholesky_rows::<T, 16>(a.0, l.0, n, batch, symmetrize),
-            Variant::Rows(32) => cholesky_rows::<T, 32>(a.0, l.0, n, batch, symmetrize),
-            Variant::Block => cholesky_block::<T>(a.0, l.0, n, batch, symmetrize),
-            _ => unreachable!(),
-        }
-    });
+    let kernel = CHOLESKY.name((T::KIND, variant)).unwrap();
+    unsafe { run_on_host(kernel, grid_dim, block, scratch, args) };
     l
 }
 
@@ -885,12 +863,12 @@ fn trsm_singular_spreads_non_finite_values() {
     assert!(b[0].is_finite() && !b[1].is_finite() && !b[2].is_finite() && !b[3].is_finite());
 }
 
-/// `lanes::getf2` and `lanes::potf2` against the one-matrix routines, bit for bit, on
+/// `simd::getf2` and `simd::potf2` against the one-matrix routines, bit for bit, on
 /// random matrices with special ones mixed in: singular (zero columns, equal rows), NaN, tiny
 /// pivots, and Cholesky failures at different steps in different lanes. `getf2` in both
 /// layouts: row-major matrices give the row-major image of the column-major result.
 fn lanes_match_one_matrix_routines<T: TestScalar>() {
-    use super::lanes::{self, Layout, LANES};
+    use super::simd::{self, Layout, LANES};
     let mut rng = Rng(0x1a2e5);
     for (m, n) in [
         (0, 0),
@@ -909,10 +887,10 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
         if len == 0 {
             let mut info = [7; LANES];
             for layout in [Layout::ColumnMajor, Layout::RowMajor] {
-                lanes::getf2(&mut a, m, n, layout, &mut [], &mut info, &mut []);
+                simd::getf2(&mut a, m, n, layout, &mut [], &mut info, &mut []);
                 assert_eq!(info, [0; LANES]);
             }
-            lanes::potf2(&mut a, 0, true, &mut info, &mut []);
+            simd::potf2(&mut a, 0, true, &mut info, &mut []);
             assert_eq!(info, [0; LANES]);
             continue;
         }
@@ -962,7 +940,7 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
             let mut got = input;
             let (mut ipiv, mut info) = (vec![0; LANES * k], [0; LANES]);
             let mut scratch = vec![T::ZERO; LANES * len];
-            lanes::getf2(&mut got, m, n, layout, &mut ipiv, &mut info, &mut scratch);
+            simd::getf2(&mut got, m, n, layout, &mut ipiv, &mut info, &mut scratch);
             assert_eq!(
                 (info, &ipiv),
                 (expected_info, &expected_ipiv),
@@ -997,7 +975,7 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
             }
             let mut got = a;
             let (mut info, mut scratch) = ([0; LANES], vec![T::ZERO; LANES * len]);
-            lanes::potf2(&mut got, n, lower, &mut info, &mut scratch);
+            simd::potf2(&mut got, n, lower, &mut info, &mut scratch);
             assert_eq!(info, expected_info, "potrf {n} lower {lower}");
             for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
                 assert!(

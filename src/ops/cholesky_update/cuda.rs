@@ -1,7 +1,7 @@
 //! The CUDA handler of `cholesky_update`: ferrax's PTX kernels on XLA's stream.
 
 use super::CHOLESKY_UPDATE;
-use crate::cuda::{param, GpuScalar, GpuStream};
+use crate::cuda::{GpuScalar, GpuStream};
 use crate::ffi::{Array, Matrices, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
 
@@ -63,16 +63,15 @@ fn cholesky_update_cuda<T: GpuScalar>(
     } else {
         std::ptr::null_mut()
     };
-    let (r_ptr, w_ptr) = (r_out.ptr(), w_out.ptr());
-    let mut params = [
-        param(&r_ptr),
-        param(&w_ptr),
-        param(&n),
-        param(&batch),
-        param(&workspace),
-    ];
+    let args = ferrax_kernels::cholesky_update::CholeskyUpdateArgs {
+        r: r_out.ptr().cast(),
+        w: w_out.ptr().cast(),
+        n,
+        batch,
+        scratch: workspace.cast(),
+    };
     // SAFETY: batch matrices of n*n and vectors of n elements of `kind`, and the zeroed
-    // scratch the plan asked for, as the entry points declare. The scratch is freed after the
-    // call returns, stream-ordered after the kernel.
-    unsafe { gpu.launch(&config, &mut params) }
+    // scratch the plan asked for. The scratch is freed after the call returns, stream-ordered
+    // after the kernel.
+    unsafe { gpu.launch(&config, args) }
 }

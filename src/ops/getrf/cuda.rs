@@ -4,12 +4,13 @@
 use super::{Getrf, GETRF, GETRF_ROW_MAJOR};
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Solver};
-use crate::cuda::{param, small_kernel, GpuLibrary, GpuScalar, GpuStream};
+use crate::cuda::{small_kernel, GpuLibrary, GpuScalar, GpuStream};
 use crate::ffi::{MatrixBatch, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
 use crate::linalg::lapack_int;
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::relayout::Strides;
+use ferrax_kernels::small::GetrfArgs;
 
 ffi_handlers! {
     /// Batched LU on the GPU: ferrax's PTX kernels up to 128×128 (as shared memory allows),
@@ -92,21 +93,19 @@ fn getrf_cuda<T: GpuScalar, const ROW_MAJOR: bool>(
         }
         return Ok(());
     };
-    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
-    let row_major = ROW_MAJOR as u32;
-    let mut params = [
-        param(&a_ptr),
-        param(&lu_ptr),
-        param(&ipiv),
-        param(&info),
-        param(&m),
-        param(&n),
-        param(&batch),
-        param(&row_major),
-    ];
+    let args = GetrfArgs {
+        src: a_ptr.cast(),
+        a: lu_ptr.cast(),
+        ipiv,
+        info,
+        m: shape.rows as u32,
+        n: shape.cols as u32,
+        batch: shape.batch as u64,
+        row_major: ROW_MAJOR as u32,
+    };
     // SAFETY: batch m×n matrices in the target's layout read from `a` and written to `lu`
     // (the same buffer where XLA aliased them), min(m, n) pivots and one info each.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 /// Whether cuBLAS's `getrfBatched` (one call for the batch) beats a loop of cuSOLVER's `getrf`:

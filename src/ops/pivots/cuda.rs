@@ -1,7 +1,7 @@
 //! The CUDA handler of pivots to permutation: one launch of ferrax's PTX kernel for the batch.
 
 use super::{Pivots, LU_PIVOTS_TO_PERMUTATION};
-use crate::cuda::{param, GpuStream};
+use crate::cuda::GpuStream;
 use crate::ffi::{Result, Stream};
 use crate::ffi_handlers;
 
@@ -38,14 +38,13 @@ fn pivots_cuda(stream: Stream, ops: Pivots<'_>) -> Result<()> {
         gpu.multiprocessors()?,
         gpu.max_shared_bytes()?,
     );
-    let (pivots, permutation) = (pivots.ptr(), permutation.ptr());
-    let mut params = [
-        param(&pivots),
-        param(&permutation),
-        param(&batch),
-        param(&k),
-        param(&size),
-    ];
-    // SAFETY: batch*k pivots and batch*size permutation entries, as the entry declares.
-    unsafe { gpu.launch(&config, &mut params) }
+    let args = ferrax_kernels::pivots::PivotsArgs {
+        pivots: pivots.ptr().cast_const(),
+        permutation: permutation.ptr(),
+        batch,
+        k,
+        size,
+    };
+    // SAFETY: batch*k pivots and batch*size permutation entries.
+    unsafe { gpu.launch(&config, args) }
 }

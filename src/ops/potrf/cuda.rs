@@ -3,10 +3,11 @@
 
 use super::{Cholesky, Potrf, CHOLESKY, POTRF};
 use crate::cuda::cusolver::{Dense, Fill, Solver};
-use crate::cuda::{param, small_kernel, GpuLibrary, GpuScalar, GpuStream};
+use crate::cuda::{small_kernel, GpuLibrary, GpuScalar, GpuStream};
 use crate::ffi::{Error, MatrixBatch, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
 use crate::linalg::lapack_int;
+use ferrax_kernels::small::{CholeskyArgs, PotrfArgs};
 
 ffi_handlers! {
     /// Batched Cholesky on the GPU: ferrax's PTX kernels up to 128×128 (as shared memory
@@ -54,21 +55,15 @@ fn cholesky_cuda<T: GpuScalar>(stream: Stream, ops: Cholesky<'_, T>) -> Result<(
             shape.cols
         )));
     };
-    let (a, l) = (a.ptr(), l.ptr());
-    let (n, batch, symmetrize) = (
-        shape.rows as u32,
-        shape.batch as u64,
-        symmetrize_input as u32,
-    );
-    let mut params = [
-        param(&a),
-        param(&l),
-        param(&n),
-        param(&batch),
-        param(&symmetrize),
-    ];
+    let args = CholeskyArgs {
+        a: a.ptr().cast_const().cast(),
+        l: l.ptr().cast(),
+        n: shape.rows as u32,
+        batch: shape.batch as u64,
+        symmetrize: symmetrize_input as u32,
+    };
     // SAFETY: batch row-major n×n matrices in `a` and in `l`.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 fn potrf_cuda<T: GpuScalar>(
@@ -114,16 +109,15 @@ fn potrf_cuda<T: GpuScalar>(
         return potrf_library(library, shape, dims, fill, factor.ptr(), info.ptr());
     };
     let (factor, info) = (factor.ptr(), info.ptr());
-    let (n, batch) = (shape.rows as u32, shape.batch as u64);
-    let mut params = [
-        param(&factor),
-        param(&info),
-        param(&n),
-        param(&batch),
-        param(&lower),
-    ];
+    let args = PotrfArgs {
+        a: factor.cast(),
+        info,
+        n: shape.rows as u32,
+        batch: shape.batch as u64,
+        lower,
+    };
     // SAFETY: batch column-major n×n matrices and one info each.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 /// Cholesky of the batch (`dims`: n and the batch) in place in `factor`: cuSOLVER's

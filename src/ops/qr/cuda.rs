@@ -4,13 +4,13 @@
 use super::{Geqrf, Orgqr, Ormqr, OrmqrShapes, Qr, GEQRF, ORGQR, ORMQR, QR};
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Op, Side};
-use crate::cuda::{param, small_kernel, GpuLibrary, GpuScalar, GpuStream};
+use crate::cuda::{small_kernel, GpuLibrary, GpuScalar, GpuStream};
 use crate::ffi::{Error, MatrixBatch, Matrices, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
 use crate::linalg::lapack_int;
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::relayout::Strides;
-use ferrax_kernels::small::qr as small_qr;
+use ferrax_kernels::small::qr::{self as small_qr, GeqrfArgs, OrgqrArgs, OrmqrArgs, QrArgs};
 
 /// cuSOLVER's routines here return `info < 0` only for an invalid argument, which the
 /// handlers' checks rule out: such a failure is a bug here, not a property of the input.
@@ -110,10 +110,15 @@ fn geqrf_cuda<T: GpuScalar>(
         let stride = shape.matrix_len();
         return geqrf_library(library, shape, dims, stride, a, tau);
     };
-    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
-    let mut params = [param(&a), param(&tau), param(&m), param(&n), param(&batch)];
+    let args = GeqrfArgs {
+        a: a.cast(),
+        tau: tau.cast(),
+        m: shape.rows as u32,
+        n: shape.cols as u32,
+        batch: shape.batch as u64,
+    };
     // SAFETY: batch column-major m×n matrices and min(m, n) taus each.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 /// Whether cuBLAS's `geqrfBatched` (one call for the batch) beats a loop of cuSOLVER's
@@ -195,19 +200,17 @@ fn qr_cuda<T: GpuScalar>(
         let pointers = [a_ptr, q_ptr, r_ptr].map(|p| p.cast::<std::ffi::c_void>());
         return qr_library::<T>(library, shape, dims, kind, pointers);
     };
-    let (m, n, batch) = (shape.rows as u32, shape.cols as u32, shape.batch as u64);
-    let full = full_matrices as u32;
-    let mut params = [
-        param(&a_ptr),
-        param(&q_ptr),
-        param(&r_ptr),
-        param(&m),
-        param(&n),
-        param(&batch),
-        param(&full),
-    ];
+    let args = QrArgs {
+        a: a_ptr.cast_const().cast(),
+        q: q_ptr.cast(),
+        r: r_ptr.cast(),
+        m: shape.rows as u32,
+        n: shape.cols as u32,
+        batch: shape.batch as u64,
+        full_matrices: full_matrices as u32,
+    };
     // SAFETY: batch row-major m×n matrices in, their m×mq Q and mq×n R out.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 /// jax's `qr` through the libraries (`dims`: m, n, Q's columns mq and the batch): A copied
@@ -304,22 +307,16 @@ fn orgqr_cuda<T: GpuScalar>(
         let stride = shape.matrix_len();
         return orgqr_library(library, shape, dims, stride, a, tau.cast_const());
     };
-    let (m, n, k, batch) = (
-        shape.rows as u32,
-        shape.cols as u32,
-        k as u32,
-        shape.batch as u64,
-    );
-    let mut params = [
-        param(&a),
-        param(&tau),
-        param(&m),
-        param(&n),
-        param(&k),
-        param(&batch),
-    ];
+    let args = OrgqrArgs {
+        a: a.cast(),
+        tau: tau.cast_const().cast(),
+        m: shape.rows as u32,
+        n: shape.cols as u32,
+        k: k as u32,
+        batch: shape.batch as u64,
+    };
     // SAFETY: batch column-major m×n reflector matrices and k taus each.
-    unsafe { gpu.launch(&config, &mut params) }
+    unsafe { gpu.launch(&config, args) }
 }
 
 /// Q's first n columns from k reflectors per matrix (`dims`: m, n, k; the matrices `stride`
@@ -384,24 +381,21 @@ fn ormqr_cuda<T: GpuScalar>(
         small_qr::ormqr_launch(kind, q, k, vectors, batch, max_shared)
     })?;
     if let (Some(config), Ok(a_cols)) = (kernel, u32::try_from(shapes.reflectors.cols)) {
-        let (q, vectors, batch) = (q_order as u32, vectors as u32, shape.batch as u64);
-        let (left, transpose) = (left as u32, transpose as u32);
-        let (a, tau, c) = (a.ptr(), tau.ptr(), c_out.ptr());
-        let mut params = [
-            param(&a),
-            param(&tau),
-            param(&c),
-            param(&q),
-            param(&a_cols),
-            param(&k),
-            param(&vectors),
-            param(&batch),
-            param(&left),
-            param(&transpose),
-        ];
+        let args = OrmqrArgs {
+            a: a.ptr().cast_const().cast(),
+            tau: tau.ptr().cast_const().cast(),
+            c: c_out.ptr().cast(),
+            q: q_order as u32,
+            a_cols,
+            k,
+            vectors: vectors as u32,
+            batch: shape.batch as u64,
+            left: left as u32,
+            transpose: transpose as u32,
+        };
         // SAFETY: batch reflector matrices of q×a_cols with k taus each, and batch matrices
         // of c with q×vectors elements, as ormqr_shapes checked.
-        return unsafe { gpu.launch(&config, &mut params) };
+        return unsafe { gpu.launch(&config, args) };
     }
     let library = GpuLibrary {
         gpu: &gpu,

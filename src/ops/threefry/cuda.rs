@@ -1,7 +1,7 @@
 //! The CUDA handlers of threefry: ferrax's PTX kernels on XLA's stream.
 
 use super::{Threefry, THREEFRY2X32, THREEFRY2X32_BITS};
-use crate::cuda::{param, GpuStream};
+use crate::cuda::GpuStream;
 use crate::ffi::{Array, Buffer, DataType, Error, Result, Stream};
 use crate::ffi_handlers;
 
@@ -30,11 +30,17 @@ fn threefry_cuda(stream: Stream, ops: Threefry<'_>) -> Result<()> {
     }
     let gpu = GpuStream::adopt(stream)?;
     let config = ferrax_kernels::threefry::launch_config(n, gpu.multiprocessors()?);
-    let pointers = [ops.key0, ops.key1, ops.x0, ops.x1, ops.out0, ops.out1].map(|a| a.ptr());
-    let mut params: Vec<_> = pointers.iter().map(param).collect();
-    params.push(param(&n));
-    // SAFETY: six device buffers of n uint32 each and n, as the entry point declares.
-    unsafe { gpu.launch(&config, &mut params) }
+    let args = ferrax_kernels::threefry::ThreefryArgs {
+        key0: ops.key0.ptr().cast_const(),
+        key1: ops.key1.ptr().cast_const(),
+        x0: ops.x0.ptr().cast_const(),
+        x1: ops.x1.ptr().cast_const(),
+        out0: ops.out0.ptr(),
+        out1: ops.out1.ptr(),
+        n,
+    };
+    // SAFETY: six device buffers of n uint32 each.
+    unsafe { gpu.launch(&config, args) }
 }
 
 
@@ -73,9 +79,12 @@ fn bits_cuda(stream: Stream, keys: Array<'_, u32>, bits: Buffer<'_>) -> Result<(
     let per_key = total / key_count;
     let gpu = GpuStream::adopt(stream)?;
     let config = ferrax_kernels::threefry::bits_launch_config(width, total, gpu.multiprocessors()?);
-    let (keys, out) = (keys.ptr(), bits.data_ptr());
-    let mut params = [param(&keys), param(&per_key), param(&total), param(&out)];
-    // SAFETY: key_count key pairs and `total` outputs of the declared width, as the entry
-    // point declares.
-    unsafe { gpu.launch(&config, &mut params) }
+    let args = ferrax_kernels::threefry::BitsArgs {
+        keys: keys.ptr().cast_const(),
+        per_key,
+        total,
+        out: bits.data_ptr().cast(),
+    };
+    // SAFETY: key_count key pairs and `total` outputs of the declared width.
+    unsafe { gpu.launch(&config, args) }
 }

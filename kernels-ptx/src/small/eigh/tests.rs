@@ -6,8 +6,8 @@ use num_complex::Complex;
 use std::vec;
 use std::vec::Vec;
 
-trait EighTest: TestScalar + QrScalar<Real: EighReal> {}
-impl<T: TestScalar + QrScalar<Real: EighReal>> EighTest for T {}
+trait EighTest: TestScalar {}
+impl<T: TestScalar> EighTest for T {}
 
 /// A random Hermitian matrix (real diagonal), column-major, entries scaled by `scale`.
 fn hermitian<T: EighTest>(rng: &mut Rng, n: usize, scale: f64) -> Vec<Complex<f64>> {

@@ -1,75 +1,74 @@
 extern crate std;
 
 use super::*;
-use crate::grid;
-use crate::small::tests::{assert_same, Ptr, Rng, TestScalar};
+use crate::launch::{run_on_host, KernelArgs, Kernels};
+use crate::small::tests::{assert_same, Rng, TestScalar};
 use crate::small::HOST_EXCHANGE_BYTES_PER_THREAD;
+use num_complex::Complex;
 use std::vec;
 use std::vec::Vec;
 
-trait QrTest: TestScalar + QrScalar {}
-impl<T: TestScalar + QrScalar> QrTest for T {}
+trait QrTest: TestScalar {}
+impl<T: TestScalar> QrTest for T {}
 
-/// Runs the block kernel on a grid of at most two blocks (so that blocks loop over the batch).
-fn run_block(m: u32, n: u32, batch: u64, kind: ScalarKind, body: impl Fn() + Sync) {
-    let (_, grid_dim, block, shared) = block_plan(kind, m, n, batch, usize::MAX).unwrap();
-    grid::launch(grid_dim.min(2), block, shared, body);
+/// Runs `table`'s entry for `T` on the emulated grid with `args`: the warp kernel the plan
+/// picks for `m×cols` matrices with `threads` per block, if the table has one, else the block
+/// kernel on a grid of at most two blocks (so that blocks loop over the batch).
+fn run<T: QrTest, A>(
+    table: &Kernels<(ScalarKind, Variant), A>,
+    (m, cols, batch): (u32, u32, u64),
+    threads: u32,
+    args: impl KernelArgs,
+) {
+    let warps = plan(T::KIND, m, cols, batch, Some(threads))
+        .and_then(|p| Some((table.name((T::KIND, p.0))?, p)));
+    let (kernel, grid_dim, block, shared) = match warps {
+        Some((kernel, (_, grid_dim, block, shared))) => (
+            kernel,
+            grid_dim,
+            block,
+            shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD,
+        ),
+        None => {
+            let (_, grid_dim, block, shared) =
+                block_plan(T::KIND, m, cols, batch, usize::MAX).unwrap();
+            let kernel = table.name((T::KIND, Variant::Block)).unwrap();
+            (kernel, grid_dim.min(2), block, shared)
+        }
+    };
+    unsafe { run_on_host(kernel, grid_dim, block, shared, args) };
 }
 
-/// geqrf by the kernel `geqrf_launch` would pick: lanes (with `threads` per block) or block.
+/// geqrf by the kernel `geqrf_launch` would pick: a warp kernel (with `threads` per block) or
+/// the block kernel.
 fn run_geqrf<T: QrTest>(a: &mut [T], m: u32, n: u32, batch: u64, threads: u32) -> Vec<T> {
     let mut tau =
         vec![<T as TestScalar>::from_parts(-7.0, 0.5); batch as usize * m.min(n) as usize];
-    let (pa, pt) = (Ptr(a.as_mut_ptr()), Ptr(tau.as_mut_ptr()));
-    let lanes =
-        plan(T::KIND, m, n, batch, Some(threads)).filter(|_| geqrf_has_kernel(T::KIND, m, n));
-    let Some((Variant::Rows(w), grid_dim, block, shared)) = lanes else {
-        run_block(m, n, batch, T::KIND, move || unsafe {
-            let (a, tau) = (pa, pt);
-            geqrf_block::<T>(a.0, tau.0, m, n, batch)
-        });
-        return tau;
+    let args = GeqrfArgs {
+        a: a.as_mut_ptr(),
+        tau: tau.as_mut_ptr(),
+        m,
+        n,
+        batch,
     };
-    let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
-    grid::launch(grid_dim, block, scratch, move || unsafe {
-        let (a, tau) = (pa, pt);
-        match w {
-            4 => geqrf_rows::<T, 4>(a.0, tau.0, m, n, batch),
-            8 => geqrf_rows::<T, 8>(a.0, tau.0, m, n, batch),
-            16 => geqrf_rows::<T, 16>(a.0, tau.0, m, n, batch),
-            32 => geqrf_rows::<T, 32>(a.0, tau.0, m, n, batch),
-            _ => unreachable!(),
-        }
-    });
+    run::<T, _>(&GEQRF, (m, n, batch), threads, args);
     tau
 }
 
 fn run_orgqr<T: QrTest>(a: &mut [T], tau: &[T], m: u32, n: u32, k: u32, batch: u64, threads: u32) {
-    let (pa, pt) = (Ptr(a.as_mut_ptr()), Ptr(tau.as_ptr() as *mut T));
-    let Some((Variant::Rows(w), grid_dim, block, shared)) =
-        plan(T::KIND, m, n, batch, Some(threads))
-    else {
-        run_block(m, n, batch, T::KIND, move || unsafe {
-            let (a, tau) = (pa, pt);
-            orgqr_block::<T>(a.0, tau.0, m, n, k, batch)
-        });
-        return;
+    let args = OrgqrArgs {
+        a: a.as_mut_ptr(),
+        tau: tau.as_ptr(),
+        m,
+        n,
+        k,
+        batch,
     };
-    let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
-    grid::launch(grid_dim, block, scratch, move || unsafe {
-        let (a, tau) = (pa, pt);
-        match w {
-            4 => orgqr_rows::<T, 4>(a.0, tau.0, m, n, k, batch),
-            8 => orgqr_rows::<T, 8>(a.0, tau.0, m, n, k, batch),
-            16 => orgqr_rows::<T, 16>(a.0, tau.0, m, n, k, batch),
-            32 => orgqr_rows::<T, 32>(a.0, tau.0, m, n, k, batch),
-            _ => unreachable!(),
-        }
-    });
+    run::<T, _>(&ORGQR, (m, n, batch), threads, args);
 }
 
-/// jax's `qr` of the row-major matrices `a` by the kernel `qr_launch` would pick (lanes with
-/// `threads` per block, or block); returns Q and R, row-major.
+/// jax's `qr` of the row-major matrices `a` by the kernel `qr_launch` would pick (a warp
+/// kernel with `threads` per block, or the block kernel); returns Q and R, row-major.
 fn run_qr<T: QrTest>(
     a: &[T],
     m: u32,
@@ -82,33 +81,16 @@ fn run_qr<T: QrTest>(
     let junk = <T as TestScalar>::from_parts(-7.0, 0.5);
     let mut q = vec![junk; (batch * (m * mq) as u64) as usize];
     let mut r = vec![junk; (batch * (mq * n) as u64) as usize];
-    let (pa, pq, pr) = (
-        Ptr(a.as_ptr() as *mut T),
-        Ptr(q.as_mut_ptr()),
-        Ptr(r.as_mut_ptr()),
-    );
-    let (cols, full) = (n.max(mq), full_matrices as u32);
-    let lanes =
-        plan(T::KIND, m, cols, batch, Some(threads)).filter(|_| geqrf_has_kernel(T::KIND, m, n));
-    match lanes {
-        Some((Variant::Rows(w), grid_dim, block, shared)) => {
-            let scratch = shared + block as usize * HOST_EXCHANGE_BYTES_PER_THREAD;
-            grid::launch(grid_dim, block, scratch, move || unsafe {
-                let (a, q, r) = (pa, pq, pr);
-                match w {
-                    4 => qr_rows::<T, 4>(a.0, q.0, r.0, m, n, batch, full),
-                    8 => qr_rows::<T, 8>(a.0, q.0, r.0, m, n, batch, full),
-                    16 => qr_rows::<T, 16>(a.0, q.0, r.0, m, n, batch, full),
-                    32 => qr_rows::<T, 32>(a.0, q.0, r.0, m, n, batch, full),
-                    _ => unreachable!(),
-                }
-            })
-        }
-        _ => run_block(m, cols, batch, T::KIND, move || unsafe {
-            let (a, q, r) = (pa, pq, pr);
-            qr_block::<T>(a.0, q.0, r.0, m, n, batch, full)
-        }),
-    }
+    let args = QrArgs {
+        a: a.as_ptr(),
+        q: q.as_mut_ptr(),
+        r: r.as_mut_ptr(),
+        m,
+        n,
+        batch,
+        full_matrices: full_matrices as u32,
+    };
+    run::<T, _>(&QR, (m, n.max(mq), batch), threads, args);
     (q, r)
 }
 
@@ -134,7 +116,7 @@ fn ref_larfg<T: QrTest>(x: &mut [T]) -> T {
     }
     let beta = -lapy::<T>(alphr, alphi, xnorm).copysign(alphr);
     assert!(
-        beta.abs() >= <R<T> as QrReal>::LARFG_SAFMIN,
+        beta.abs() >= <R<T> as Real>::LARFG_SAFMIN,
         "test data out of range"
     );
     let tau = T::from_re_im((beta - alphr) / beta, -alphi / beta);
@@ -316,8 +298,8 @@ const SHAPES: [(u32, u32, u64, u32); 15] = [
     (32, 32, 3, 64),
 ];
 
-/// Past the lanes kernels: the block kernels (whose threads are the plan's, one per column;
-/// the thread counts here serve the lanes orgqr of the wide 17×40's Q).
+/// Past the warp kernels: the block kernels (whose threads are the plan's, one per column;
+/// the thread counts here serve the warp orgqr of the wide 17×40's Q).
 const BLOCK_SHAPES: [(u32, u32, u64, u32); 6] = [
     (33, 33, 3, 64),
     (40, 17, 3, 64),
@@ -511,7 +493,7 @@ fn plans() {
 
 #[test]
 fn block_plans() {
-    // c128 past 16 (no lanes geqrf) and everything past 32: one block per matrix, a thread
+    // c128 past 16 (no warp geqrf) and everything past 32: one block per matrix, a thread
     // per column (rounded up to a warp), the padded matrix and the taus in shared memory.
     let g = geqrf_launch(ScalarKind::C128, 17, 3, 5, HOPPER_SHARED).unwrap();
     assert_eq!(
@@ -555,19 +537,28 @@ fn run_ormqr<T: QrTest>(
     let config = ormqr_launch(T::KIND, q, k, vectors, batch, usize::MAX).unwrap();
     [false, true].map(|transpose| {
         let mut out = operands.to_vec();
-        let (pa, pt, pc) = (
-            Ptr(a.as_ptr() as *mut T),
-            Ptr(tau.as_ptr() as *mut T),
-            Ptr(out.as_mut_ptr()),
-        );
-        let flags = (left as u32, transpose as u32);
+        let args = OrmqrArgs {
+            a: a.as_ptr(),
+            tau: tau.as_ptr(),
+            c: out.as_mut_ptr(),
+            q,
+            a_cols,
+            k,
+            vectors,
+            batch,
+            left: left as u32,
+            transpose: transpose as u32,
+        };
         let shared = config.shared_bytes as usize;
-        grid::launch(config.grid.min(2), config.block, shared, move || unsafe {
-            let (a, tau, c) = (pa, pt, pc);
-            ormqr_block::<T>(
-                a.0, tau.0, c.0, q, a_cols, k, vectors, batch, flags.0, flags.1,
+        unsafe {
+            run_on_host(
+                config.kernel,
+                config.grid.min(2),
+                config.block,
+                shared,
+                args,
             )
-        });
+        };
         out
     })
 }

@@ -1,14 +1,15 @@
-//! [`getf2`](super::getf2) and [`potf2`](super::potf2) for [`LANES`] matrices at once,
-//! one per SIMD lane, for the CPU handlers' batches of tiny matrices: there the per-matrix loops
-//! are a few elements long, so loop overhead and latency, not arithmetic, set the time of the
-//! one-matrix routines. Here the matrices are interleaved element by element in a scratch
-//! buffer and every step runs across the lanes (fixed-length loops the compiler vectorizes).
+//! CPU only: [`getf2`](super::getf2) and [`potf2`](super::potf2) for [`LANES`] matrices at
+//! once, one per SIMD lane, for the CPU handlers' batches of tiny matrices: there the
+//! per-matrix loops are a few elements long, so loop overhead and latency, not arithmetic, set
+//! the time of the one-matrix routines. Here the matrices are interleaved element by element in
+//! a scratch buffer and every step runs across the lanes (fixed-length loops the compiler
+//! vectorizes). (The GPU's small kernels are `super`'s warp kernels, lanes of a warp.)
 //!
 //! Each lane performs exactly the operations of the one-matrix routine in the same order
 //! (lane-wise selects where that routine branches), so the results are bit for bit the same,
 //! `info` and pivots included (the tests check this).
 
-use super::{Real, Scalar};
+use crate::scalar::{Real, Scalar};
 
 /// Matrices factored together (8 f64 lanes fill an AVX-512 register; the loops vectorize to
 /// the target's width).
