@@ -3,7 +3,8 @@
 
 use super::cusolver::{Handle as SolverHandle, Solver, Status as SolverStatus};
 use super::GpuStream;
-use crate::ffi::{Result, ScratchAllocator};
+use crate::ffi::{MatrixBatch, Result, ScratchAllocator};
+use crate::linalg::lapack_int;
 use std::ffi::c_int;
 
 /// What a GPU handler's cuSOLVER/cuBLAS path needs besides its operands: XLA's stream (with
@@ -14,7 +15,11 @@ pub(crate) struct GpuLibrary<'a> {
     pub scratch: &'a ScratchAllocator<'a>,
 }
 
-impl GpuLibrary<'_> {
+impl<'a> GpuLibrary<'a> {
+    pub fn new(gpu: &'a GpuStream, scratch: &'a ScratchAllocator<'a>) -> Self {
+        GpuLibrary { gpu, scratch }
+    }
+
     /// Device workspace for `lwork` elements of `T`.
     pub fn workspace<T>(&self, lwork: i32) -> Result<*mut T> {
         let bytes = (lwork.max(1) as usize) * std::mem::size_of::<T>();
@@ -57,4 +62,13 @@ impl GpuLibrary<'_> {
         self.gpu
             .batch_pointers(self.scratch, base, stride * std::mem::size_of::<T>(), count)
     }
+}
+
+/// A batch's rows, columns and count as the libraries' 32-bit integers.
+pub(crate) fn lapack_dims(shape: MatrixBatch) -> Result<[i32; 3]> {
+    Ok([
+        lapack_int("rows", shape.rows)?,
+        lapack_int("columns", shape.cols)?,
+        lapack_int("batch", shape.batch)?,
+    ])
 }

@@ -37,6 +37,33 @@ fn check_info(routine: &str, info: i32) -> Result<()> {
     }
 }
 
+/// Runs `call(b, a, ld, work, info)`, one LAPACK routine on matrix `b` of `a` (where LAPACK
+/// can take it in the result, else staged) with a workspace of `lwork` elements per task, on
+/// every matrix across `pool`; a non-zero `info` is an error naming `routine`.
+fn lapack_each<T: LapackScalar>(
+    pool: &dyn Pool,
+    a: InOut<T>,
+    flops: usize,
+    lwork: i32,
+    routine: &str,
+    call: &(dyn Fn(usize, *mut T, &i32, *mut T, &mut i32) + Sync),
+) -> Result<()> {
+    for_each_chunk(pool, a.input.count(), flops, &|range| {
+        let mut work = vec![T::default(); lwork as usize];
+        let (mut staged, mut info) = (Vec::new(), 0);
+        for b in range {
+            // SAFETY: matrix `b` belongs to this task alone.
+            unsafe {
+                a.column_major(b, &mut staged, |a, ld| {
+                    call(b, a.as_mut_ptr(), &(ld as i32), work.as_mut_ptr(), &mut info)
+                })
+            };
+            check_info(routine, info)?;
+        }
+        Ok(())
+    })
+}
+
 fn expect_len(what: &str, len: usize, expected: usize) -> Result<()> {
     if len == expected {
         return Ok(());
@@ -81,22 +108,10 @@ pub fn geqrf<T: LapackScalar>(pool: &dyn Pool, a: InOut<T>, tau: &mut [T]) -> Re
     let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
         geqrf(&m, &n, d, &m.max(1), d, work, lwork, info)
     })?;
-    for_each_chunk(pool, count, flops, &|range| {
-        let mut work = vec![T::default(); lwork as usize];
-        let (mut staged, mut info) = (Vec::new(), 0);
-        for b in range {
-            // SAFETY: matrix `b` and its taus are written by this task alone; LAPACK touches
-            // the m×n matrix (leading dimension `ld`), `k` taus and `lwork` elements of `work`.
-            unsafe {
-                a.column_major(b, &mut staged, |a, ld| {
-                    let ld = ld as i32;
-                    let (a, tau, work) = (a.as_mut_ptr(), tau.at(b * k), work.as_mut_ptr());
-                    geqrf(&m, &n, a, &ld, tau, work, &lwork, &mut info)
-                })
-            };
-            check_info("geqrf", info)?;
-        }
-        Ok(())
+    // SAFETY: matrix `b` and its taus are written by this task alone; LAPACK touches the m×n
+    // matrix (leading dimension `ld`), `k` taus and `lwork` elements of `work`.
+    lapack_each(pool, a, flops, lwork, "geqrf", &|b, a, ld, work, info| unsafe {
+        geqrf(&m, &n, a, ld, tau.at(b * k), work, &lwork, info)
     })
 }
 
@@ -140,22 +155,10 @@ pub fn orgqr<T: LapackScalar>(pool: &dyn Pool, a: InOut<T>, k: usize, tau: &[T])
     let lwork = query_lwork::<T>(|work, lwork, info| unsafe {
         orgqr(&m, &n, &reflectors, d, &m, tau.as_ptr(), work, lwork, info)
     })?;
-    for_each_chunk(pool, count, flops, &|range| {
-        let mut work = vec![T::default(); lwork as usize];
-        let (mut staged, mut info) = (Vec::new(), 0);
-        for b in range {
-            // SAFETY: matrix `b` is written by this task alone; LAPACK touches the m×n matrix
-            // (leading dimension `ld`), reads `k` taus and uses `lwork` elements of `work`.
-            unsafe {
-                a.column_major(b, &mut staged, |a, ld| {
-                    let ld = ld as i32;
-                    let (a, tau, work) = (a.as_mut_ptr(), tau[b * k..].as_ptr(), work.as_mut_ptr());
-                    orgqr(&m, &n, &reflectors, a, &ld, tau, work, &lwork, &mut info)
-                })
-            };
-            check_info("orgqr", info)?;
-        }
-        Ok(())
+    // SAFETY: matrix `b` is written by this task alone; LAPACK touches the m×n matrix
+    // (leading dimension `ld`), reads `k` taus and uses `lwork` elements of `work`.
+    lapack_each(pool, a, flops, lwork, "orgqr", &|b, a, ld, work, info| unsafe {
+        orgqr(&m, &n, &reflectors, a, ld, tau[b * k..].as_ptr(), work, &lwork, info)
     })
 }
 

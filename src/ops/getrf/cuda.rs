@@ -4,10 +4,9 @@
 use super::{Getrf, GETRF, GETRF_ROW_MAJOR};
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Solver};
-use crate::cuda::{small_kernel, GpuLibrary, GpuScalar, GpuStream};
+use crate::cuda::{lapack_dims, small_kernel, GpuLibrary, GpuScalar, GpuStream};
 use crate::ffi::{MatrixBatch, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
-use crate::linalg::lapack_int;
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::relayout::Strides;
 use ferrax_kernels::small::GetrfArgs;
@@ -56,15 +55,8 @@ fn getrf_cuda<T: GpuScalar, const ROW_MAJOR: bool>(
         ferrax_kernels::small::getrf_launch(kind, m, n, batch, max_shared)
     })?
     else {
-        let library = GpuLibrary {
-            gpu: &gpu,
-            scratch: &scratch,
-        };
-        let dims = [
-            lapack_int("rows", shape.rows)?,
-            lapack_int("columns", shape.cols)?,
-            lapack_int("batch", shape.batch)?,
-        ];
+        let library = GpuLibrary::new(&gpu, &scratch);
+        let dims = lapack_dims(shape)?;
         let (a_ptr, lu_ptr) = (a_ptr.cast(), lu_ptr.cast());
         let bytes = shape.batch * shape.matrix_len() * kind.bytes();
         let column_major = if ROW_MAJOR {

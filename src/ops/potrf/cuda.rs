@@ -96,10 +96,7 @@ fn potrf_cuda<T: GpuScalar>(
         ferrax_kernels::small::potrf_launch(T::KIND, n, batch, max_shared)
     })?
     else {
-        let library = GpuLibrary {
-            gpu: &gpu,
-            scratch: &scratch,
-        };
+        let library = GpuLibrary::new(&gpu, &scratch);
         let dims = [lapack_int("order", shape.rows)?, lapack_int("batch", shape.batch)?];
         let fill = if lower == 1 {
             Fill::CUBLAS_FILL_MODE_LOWER

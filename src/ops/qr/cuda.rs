@@ -4,7 +4,7 @@
 use super::{Geqrf, Orgqr, Ormqr, OrmqrShapes, Qr, GEQRF, ORGQR, ORMQR, QR};
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Op, Side};
-use crate::cuda::{small_kernel, GpuLibrary, GpuScalar, GpuStream};
+use crate::cuda::{lapack_dims, small_kernel, GpuLibrary, GpuScalar, GpuStream};
 use crate::ffi::{Error, MatrixBatch, Matrices, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
 use crate::linalg::lapack_int;
@@ -98,15 +98,8 @@ fn geqrf_cuda<T: GpuScalar>(
         ferrax_kernels::small::qr::geqrf_launch(kind, m, n, batch, max_shared)
     })?
     else {
-        let library = GpuLibrary {
-            gpu: &gpu,
-            scratch: &scratch,
-        };
-        let dims = [
-            lapack_int("rows", shape.rows)?,
-            lapack_int("columns", shape.cols)?,
-            lapack_int("batch", shape.batch)?,
-        ];
+        let library = GpuLibrary::new(&gpu, &scratch);
+        let dims = lapack_dims(shape)?;
         let stride = shape.matrix_len();
         return geqrf_library(library, shape, dims, stride, a, tau);
     };
@@ -187,10 +180,7 @@ fn qr_cuda<T: GpuScalar>(
         ferrax_kernels::small::qr::qr_launch(kind, m, n, batch, full_matrices, max_shared)
     })?
     else {
-        let library = GpuLibrary {
-            gpu: &gpu,
-            scratch: &scratch,
-        };
+        let library = GpuLibrary::new(&gpu, &scratch);
         let dims = [
             lapack_int("rows", shape.rows)?,
             lapack_int("columns", shape.cols)?,
@@ -295,10 +285,7 @@ fn orgqr_cuda<T: GpuScalar>(
         ferrax_kernels::small::qr::orgqr_launch(kind, m, n, k as u32, batch, max_shared)
     })?
     else {
-        let library = GpuLibrary {
-            gpu: &gpu,
-            scratch: &scratch,
-        };
+        let library = GpuLibrary::new(&gpu, &scratch);
         let dims = [
             lapack_int("rows", shape.rows)?,
             lapack_int("columns", shape.cols)?,
@@ -397,10 +384,7 @@ fn ormqr_cuda<T: GpuScalar>(
         // of c with q×vectors elements, as ormqr_shapes checked.
         return unsafe { gpu.launch(&config, args) };
     }
-    let library = GpuLibrary {
-        gpu: &gpu,
-        scratch: &scratch,
-    };
+    let library = GpuLibrary::new(&gpu, &scratch);
     // Real ormqr takes OP_T, complex unmqr OP_C: Q^T or Q^H, jax's `transpose` either way.
     let complex = <T as crate::ffi::NativeType>::DTYPE.is_complex();
     let operation = match (transpose, complex) {
