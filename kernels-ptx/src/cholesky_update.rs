@@ -42,14 +42,11 @@ use crate::scalar::{Real, Scalar, WarpExchange};
 
 /// Columns per panel: one per lane of a warp.
 pub const WARP: usize = 32;
-/// Reserved bytes at the start of each block's shared memory: the host emulation's slot for
-/// warp broadcasts (the GPU shuffles instead and leaves it unused).
-const SLOT_BYTES: usize = 16;
 /// Default dynamic shared memory limit without an opt-in attribute.
 const SHARED_LIMIT: usize = 48 << 10;
 
-/// Warp-level primitives: shuffles and `bar.warp.sync` on the GPU; on the host, where a test
-/// block is exactly one warp, a shared-memory slot and the block barrier.
+/// Warp-level primitives: shuffles and `bar.warp.sync` on the GPU; on the host the grid
+/// emulator's warp exchange and warp barrier.
 mod warp {
     #[cfg(target_arch = "nvptx64")]
     mod imp {
@@ -78,7 +75,7 @@ mod warp {
             out
         }
         #[inline(always)]
-        pub unsafe fn broadcast<T: WarpExchange>(v: T, src: u32, _slot: *mut u8) -> T {
+        pub unsafe fn broadcast<T: WarpExchange>(v: T, src: u32) -> T {
             v.map_words(|x| shfl(x, src))
         }
         /// Makes this lane's earlier writes visible GPU-wide before a later flag store.
@@ -128,24 +125,15 @@ mod warp {
         use core::sync::atomic::{fence as atomic_fence, AtomicU32, Ordering};
 
         pub fn lane() -> u32 {
-            debug_assert_eq!(
-                grid::block_dim_x(),
-                32,
-                "host emulation: one warp per block"
-            );
-            grid::thread_idx_x()
+            grid::thread_idx_x() & 31
         }
         pub fn sync() {
-            grid::sync_threads()
+            grid::sync_warp()
         }
-        pub unsafe fn broadcast<T: WarpExchange>(v: T, src: u32, slot: *mut u8) -> T {
-            if lane() == src {
-                slot.cast::<T>().write(v);
-            }
-            sync();
-            let out = slot.cast::<T>().read();
-            sync();
-            out
+        /// The warp's exchange through the grid emulator's per-warp slots, a 32-bit word at a
+        /// time as the GPU shuffles, so that blocks of several warps run on the host too.
+        pub unsafe fn broadcast<T: WarpExchange>(v: T, src: u32) -> T {
+            v.map_words(|x| grid::shfl(x, src))
         }
         pub fn fence() {
             atomic_fence(Ordering::SeqCst)
@@ -384,7 +372,6 @@ unsafe fn panel<T: Scalar, X: Exchange>(
     n: usize,
     q: usize,
     coef: *mut T,
-    slot: *mut u8,
     exchange: &X,
 ) {
     let l = warp::lane() as usize;
@@ -449,7 +436,7 @@ unsafe fn panel<T: Scalar, X: Exchange>(
         };
         unroll!(m in [0 1 2 3 4 5 6 7] => {
             let row = c * CHUNK + m;
-            let p = warp::broadcast(s.scale(inv_a), row as u32, slot);
+            let p = warp::broadcast(s.scale(inv_a), row as u32);
             if l == row {
                 my_p = p;
                 t0sq = tsq;
@@ -521,11 +508,11 @@ kernel_args! {
     }
 }
 
-/// Shared memory of a `small` block: the host broadcast slot, then each warp's coefficients
+/// Shared memory of a `small` block: each warp's coefficients
 /// (16-byte aligned).
 pub const fn small_shared_bytes(kind: ScalarKind, n: u32, warps_per_block: u32) -> usize {
     let per_warp = (coefficients_len(n as usize) * kind.bytes()).next_multiple_of(16);
-    SLOT_BYTES + warps_per_block as usize * per_warp
+    warps_per_block as usize * per_warp
 }
 
 /// The `large` scratch buffer (zeroed by the host) holds a u64 ticket counter, a u32 flag per
@@ -557,7 +544,7 @@ pub unsafe fn small<T: Scalar>(args: CholeskyUpdateArgs<T>) {
     let warp = grid::thread_idx_x() as usize / WARP;
     let shared = grid::dynamic_shared::<u8>();
     let per_warp = (coefficients_len(n) * core::mem::size_of::<T>()).next_multiple_of(16);
-    let coef = shared.add(SLOT_BYTES + warp * per_warp).cast::<T>();
+    let coef = shared.add(warp * per_warp).cast::<T>();
     let stride = grid::grid_dim_x() as u64 * warps_per_block as u64;
     let mut b = grid::block_idx_x() as u64 * warps_per_block as u64 + warp as u64;
     while b < batch {
@@ -565,7 +552,7 @@ pub unsafe fn small<T: Scalar>(args: CholeskyUpdateArgs<T>) {
         warp::sync();
         let (rb, wb) = (r.add(b as usize * n * n), w.add(b as usize * n));
         for q in 0..n.div_ceil(WARP) {
-            panel(rb, wb, n, q, coef, shared, &Local);
+            panel(rb, wb, n, q, coef, &Local);
         }
         b += stride;
     }
@@ -597,14 +584,13 @@ pub unsafe fn large<T: Scalar>(args: CholeskyUpdateArgs<T>) {
     let counter = scratch.cast::<u64>();
     let flags = scratch.add(16).cast::<u32>();
     let coefs = scratch.add(coef_offset).cast::<T>();
-    let slot = grid::dynamic_shared::<u8>();
     loop {
         let mut ticket = 0u64;
         if warp::lane() == 0 {
             ticket = core::sync::atomic::AtomicU64::from_ptr(counter)
                 .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         }
-        let ticket = warp::broadcast(ticket, 0, slot);
+        let ticket = warp::broadcast(ticket, 0);
         if ticket >= tickets {
             return;
         }
@@ -618,7 +604,6 @@ pub unsafe fn large<T: Scalar>(args: CholeskyUpdateArgs<T>) {
             n,
             q,
             coefs.add(b * coefficients_len(n)),
-            slot,
             &exchange,
         );
     }
@@ -808,7 +793,7 @@ pub fn launch_config(
         Kernel::Large,
         warps.div_ceil(4),
         4 * WARP as u32,
-        SLOT_BYTES,
+        0,
     );
     (config, large_scratch_bytes(kind, n, batch))
 }
@@ -948,7 +933,7 @@ mod tests {
         let mut scratch = std::vec![0u128; large_scratch_bytes(kind, n, batch).div_ceil(16) + 1];
         let shared = match kernel {
             Kernel::Small => small_shared_bytes(kind, n, 1),
-            Kernel::Large => SLOT_BYTES,
+            Kernel::Large => 0,
             Kernel::Grouped(_) => 0,
         };
         let args = CholeskyUpdateArgs {

@@ -1,0 +1,513 @@
+//! Every CUDA target of ferrax, run unchanged on an emulated CUDA device
+//! (`tests/emulated-cuda`: the driver, cuBLAS and cuSOLVER on the host, device memory guarded
+//! by inaccessible pages, kernels run on the kernels crate's grid emulator) through a minimal
+//! XLA FFI host for the CUDA platform (XLA's stream and a scratch allocator), for every dtype
+//! and the shapes on both sides of each kernel/library crossover, against the CPU cores
+//! (`ferrax::linalg`, which the CPU targets run) or identities. Each case also checks that the
+//! emulation recorded no problem (a launch or library call the real device would reject, or a
+//! copy outside its buffers) and that the path it means to cover ran.
+//!
+//! The process re-runs itself with the emulator first on its library path (as `libcuda.so`,
+//! `libcublas.so` and `libcusolver.so`, where cudarc looks for them), so it needs the
+//! emulator built (`cargo test --workspace` builds it). `EMULATED_CUDA_CASES=substring` runs
+//! the matching cases only.
+
+mod emulated {
+    pub mod host;
+    pub mod scalar;
+}
+
+use emulated::host::{run, Attr, Device};
+use emulated::scalar::{Rng, TestScalar};
+use ferrax::ffi::sys::XLA_FFI_Handler;
+use ferrax::linalg::flags::{Side, Trans, Uplo};
+use ferrax::linalg::matrix::{Batch, InOut, Layout};
+use ferrax::linalg::parallel::Serial;
+use ferrax::ops;
+use num_complex::Complex;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match Device::start() {
+        Ok(Some(device)) => run(&device, &cases()),
+        Ok(None) => ExitCode::SUCCESS, // the parent, after the child ran
+        Err(message) => {
+            eprintln!("emulated_cuda: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A case: its name and what it runs on the device (an error says what went wrong).
+pub type Case = (String, Box<dyn Fn(&Device) -> Result<(), String>>);
+
+/// Every case, for the four dtypes where the target takes them.
+fn cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = Vec::new();
+    macro_rules! each_dtype {
+        ($name:literal, $f:ident $(, $arg:expr)*) => {
+            cases.push((format!("{}/f32", $name), Box::new(move |d| $f::<f32>(d $(, $arg)*))));
+            cases.push((format!("{}/f64", $name), Box::new(move |d| $f::<f64>(d $(, $arg)*))));
+            cases.push((format!("{}/c64", $name), Box::new(move |d| $f::<Complex<f32>>(d $(, $arg)*))));
+            cases.push((format!("{}/c128", $name), Box::new(move |d| $f::<Complex<f64>>(d $(, $arg)*))));
+        };
+    }
+    each_dtype!("getrf column-major", getrf, Layout::ColumnMajor);
+    each_dtype!("getrf row-major", getrf, Layout::RowMajor);
+    each_dtype!("potrf lower", potrf, Uplo::Lower);
+    each_dtype!("potrf upper", potrf, Uplo::Upper);
+    each_dtype!("cholesky", cholesky);
+    each_dtype!("geqrf and orgqr", geqrf_orgqr);
+    each_dtype!("ormqr", ormqr);
+    each_dtype!("qr reduced", qr, false);
+    each_dtype!("qr complete", qr, true);
+    each_dtype!("cholesky_update", cholesky_update);
+    cases.push(("lu_pivots_to_permutation".into(), Box::new(pivots_to_permutation)));
+    cases.push(("threefry2x32".into(), Box::new(threefry2x32)));
+    cases.push(("threefry2x32_bits".into(), Box::new(threefry2x32_bits)));
+    cases
+}
+
+/// Checks that `calls` (what the emulator ran) include one whose name contains `path`.
+fn expect_path(what: &str, calls: &[String], path: &str) -> Result<(), String> {
+    if path.is_empty() || calls.iter().any(|c| c.contains(path)) {
+        return Ok(());
+    }
+    Err(format!("{what}: expected a call of {path}, got {calls:?}"))
+}
+
+/// A batch of Hermitian positive definite `n × n` matrices (`A Aᴴ + n I`), the same in either
+/// layout's reading up to conjugation.
+fn positive_definite<T: TestScalar>(rng: &mut Rng, batch: usize, n: usize) -> Vec<T> {
+    let x: Vec<T> = rng.matrix(batch * n * n);
+    let mut a = vec![T::zero(); batch * n * n];
+    for b in 0..batch {
+        for i in 0..n {
+            for j in 0..n {
+                let mut sum = if i == j { T::from_parts(n as f64, 0.0) } else { T::zero() };
+                for k in 0..n {
+                    sum = sum + x[b * n * n + k * n + i] * x[b * n * n + k * n + j].conj();
+                }
+                a[b * n * n + j * n + i] = sum;
+            }
+        }
+    }
+    a
+}
+
+// ---- Cholesky -------------------------------------------------------------------------------
+
+/// `ferrax_potrf` (column-major, the `uplo` triangle) against the CPU core: the warp kernels,
+/// the block kernel, and cuSOLVER past it (`potrfBatched` for a batch, which overwrites the
+/// other triangle: only the factor's triangle is compared; `potrf` for one matrix), with an
+/// indefinite matrix (info > 0).
+fn potrf<T: TestScalar>(device: &Device, uplo: Uplo) -> Result<(), String> {
+    let mut rng = Rng::new(12);
+    let letter = if uplo == Uplo::Lower { b'L' } else { b'U' };
+    for (batch, n, path) in [(9, 8, "ferrax_potrf_small_"), (3, 50, "_block"), (3, 130, "potrfBatched"), (1, 140, "potrf")] {
+        let mut a: Vec<T> = positive_definite(&mut rng, batch, n);
+        if batch > 1 {
+            a[n * n + (n / 2) * (n + 1)] = T::from_parts(-1.0, 0.0);
+        }
+        let a_dev = device.upload(&a, dims3(batch, n, n));
+        let factor = device.zeros::<T>(dims3(batch, n, n));
+        let info = device.zeros::<i32>(vec![batch as i64]);
+        let handler = ops::potrf::cuda::ferrax_cuda_potrf;
+        let calls = device.call(handler, &[&a_dev], &[&factor, &info], &[("uplo", Attr::U8(letter))])?;
+        let what = format!("order {n}, batch {batch}");
+        expect_path(&what, &calls, path)?;
+        let (mut want, mut want_info) = (a.clone(), vec![0; batch]);
+        // SAFETY: `want` holds the batch column-major.
+        let view = unsafe { Batch::packed(want.as_mut_ptr(), [batch, n, n], Layout::ColumnMajor) };
+        ferrax::linalg::potrf::potrf(&Serial, InOut::in_place(view), uplo, &mut want_info)
+            .map_err(|e| e.message)?;
+        expect_equal(&format!("{what} info"), &info.download::<i32>(), &want_info)?;
+        let got = factor.download::<T>();
+        let in_factor = |e: usize| {
+            let (i, j) = (e % (n * n) % n, e % (n * n) / n);
+            if uplo == Uplo::Lower { i >= j } else { i <= j }
+        };
+        for b in (0..batch).filter(|&b| want_info[b] == 0) {
+            let pick = |m: &[T]| -> Vec<T> {
+                (b * n * n..(b + 1) * n * n).filter(|&e| in_factor(e)).map(|e| m[e]).collect()
+            };
+            expect_close(&format!("{what}, matrix {b}"), &pick(&got), &pick(&want), tolerance::<T>(n, n as f64))?;
+        }
+    }
+    Ok(())
+}
+
+/// `ferrax_cholesky` (jax's whole `cholesky` on row-major arrays) against the CPU core: the
+/// warp kernels up to 32, the block kernel up to 48, a failing matrix (NaN), and past 48 the
+/// error that says to take jax's steps.
+fn cholesky<T: TestScalar>(device: &Device) -> Result<(), String> {
+    let mut rng = Rng::new(13);
+    for (batch, n, symmetrize, path) in [(7, 4, true, "ferrax_cholesky_small_"), (3, 24, false, "ferrax_cholesky_small_"), (3, 48, true, "_block")] {
+        let mut a: Vec<T> = positive_definite(&mut rng, batch, n);
+        a[n * n] = T::from_parts(-5.0, 0.0); // matrix 1 fails at once
+        let a_dev = device.upload(&a, dims3(batch, n, n));
+        let l = device.zeros::<T>(dims3(batch, n, n));
+        let handler = ops::potrf::cuda::ferrax_cuda_cholesky;
+        let calls = device.call(handler, &[&a_dev], &[&l], &[("symmetrize_input", Attr::Bool(symmetrize))])?;
+        let what = format!("order {n}, batch {batch}");
+        expect_path(&what, &calls, path)?;
+        let mut want = vec![T::zero(); a.len()];
+        ferrax::linalg::potrf::cholesky(&Serial, &a, &mut want, [batch, n], symmetrize)
+            .map_err(|e| e.message)?;
+        expect_close(&what, &l.download::<T>(), &want, tolerance::<T>(n, n as f64))?;
+    }
+    let (a, l) = (device.zeros::<T>(dims3(1, 49, 49)), device.zeros::<T>(dims3(1, 49, 49)));
+    let handler = ops::potrf::cuda::ferrax_cuda_cholesky;
+    match device.call(handler, &[&a], &[&l], &[("symmetrize_input", Attr::Bool(true))]) {
+        Err(message) if message.contains("up to 48") => Ok(()),
+        other => Err(format!("order 49: expected the error past the kernels, got {other:?}")),
+    }
+}
+
+// ---- QR -------------------------------------------------------------------------------------
+
+/// `ferrax_geqrf` then `ferrax_orgqr` on its reflectors, against the CPU cores: the warp
+/// kernels, the block kernels, and past them cuBLAS's batched geqrf (many matrices of up to
+/// 256 rows) or cuSOLVER's looped one, and cuSOLVER's orgqr.
+fn geqrf_orgqr<T: TestScalar>(device: &Device) -> Result<(), String> {
+    let mut rng = Rng::new(14);
+    let shapes = [
+        (5, 8, 6, "ferrax_geqrf_small_", "ferrax_orgqr_small_"),
+        (3, 60, 40, "_block", "_block"),
+        (9, 130, 30, "geqrfBatched", "orgqr"),
+        (2, 140, 129, "geqrf", "orgqr"),
+    ];
+    for (batch, m, n, geqrf_path, orgqr_path) in shapes {
+        let k = m.min(n);
+        let a: Vec<T> = rng.matrix(batch * m * n);
+        let a_dev = device.upload(&a, dims3(batch, m, n));
+        let (x, tau) = (device.zeros::<T>(dims3(batch, m, n)), device.zeros::<T>(vec![batch as i64, k as i64]));
+        let what = format!("{m}×{n}, batch {batch}");
+        let calls = device.call(ops::qr::cuda::ferrax_cuda_geqrf, &[&a_dev], &[&x, &tau], &[])?;
+        expect_path(&format!("{what} geqrf"), &calls, geqrf_path)?;
+        let (mut want, mut want_tau) = (a.clone(), vec![T::zero(); batch * k]);
+        // SAFETY: `want` holds the batch column-major.
+        let view = unsafe { Batch::packed(want.as_mut_ptr(), [batch, m, n], Layout::ColumnMajor) };
+        ferrax::linalg::qr::geqrf(&Serial, InOut::in_place(view), &mut want_tau).map_err(|e| e.message)?;
+        let tol = tolerance::<T>(m, 1.0);
+        expect_close(&format!("{what} geqrf"), &x.download::<T>(), &want, tol)?;
+        expect_close(&format!("{what} taus"), &tau.download::<T>(), &want_tau, tol)?;
+        // Q from the device's own reflectors.
+        let q = device.zeros::<T>(dims3(batch, m, n));
+        let calls = device.call(ops::qr::cuda::ferrax_cuda_orgqr, &[&x, &tau], &[&q], &[])?;
+        expect_path(&format!("{what} orgqr"), &calls, orgqr_path)?;
+        let (mut want_q, reflectors) = (x.download::<T>(), tau.download::<T>());
+        // SAFETY: as above.
+        let view = unsafe { Batch::packed(want_q.as_mut_ptr(), [batch, m, n], Layout::ColumnMajor) };
+        ferrax::linalg::qr::orgqr(&Serial, InOut::in_place(view), k, &reflectors).map_err(|e| e.message)?;
+        expect_close(&format!("{what} orgqr"), &q.download::<T>(), &want_q, tol)?;
+    }
+    Ok(())
+}
+
+/// `ferrax_ormqr` (Q·C, Qᴴ·C, C·Q, C·Qᴴ) against the CPU core: the kernel for Q up to 128
+/// acting on up to 128 vectors, cuSOLVER past it.
+fn ormqr<T: TestScalar>(device: &Device) -> Result<(), String> {
+    let mut rng = Rng::new(15);
+    for (batch, q_order, k, vectors, path) in [(4, 12, 7, 5, "ferrax_ormqr_small_"), (2, 130, 20, 9, "ormqr")] {
+        for (left, transpose) in [(true, false), (true, true), (false, false), (false, true)] {
+            let a: Vec<T> = rng.matrix(batch * q_order * k);
+            let tau: Vec<T> = rng.matrix(batch * k);
+            let (m, n) = if left { (q_order, vectors) } else { (vectors, q_order) };
+            let c: Vec<T> = rng.matrix(batch * m * n);
+            let (a_dev, tau_dev) = (device.upload(&a, dims3(batch, q_order, k)), device.upload(&tau, vec![batch as i64, k as i64]));
+            let (c_dev, out) = (device.upload(&c, dims3(batch, m, n)), device.zeros::<T>(dims3(batch, m, n)));
+            let attrs = [("left", Attr::Bool(left)), ("transpose", Attr::Bool(transpose))];
+            let calls = device.call(ops::qr::cuda::ferrax_cuda_ormqr, &[&a_dev, &tau_dev, &c_dev], &[&out], &attrs)?;
+            let what = format!("Q of order {q_order} from {k} reflectors, left {left}, transpose {transpose}");
+            expect_path(&what, &calls, path)?;
+            let (mut want, mut reflectors) = (c.clone(), a.clone());
+            let side = if left { Side::Left } else { Side::Right };
+            let trans = if transpose { Trans::Transpose } else { Trans::No };
+            // SAFETY: the vectors hold the batches column-major.
+            let (a_view, c_view) = unsafe {
+                (
+                    Batch::packed(reflectors.as_mut_ptr(), [batch, q_order, k], Layout::ColumnMajor),
+                    Batch::packed(want.as_mut_ptr(), [batch, m, n], Layout::ColumnMajor),
+                )
+            };
+            ferrax::linalg::qr::ormqr(&Serial, side, trans, a_view, k, &tau, InOut::in_place(c_view))
+                .map_err(|e| e.message)?;
+            let scale = want.iter().map(|x| x.modulus()).fold(1.0, f64::max);
+            expect_close(&what, &out.download::<T>(), &want, tolerance::<T>(q_order, scale))?;
+        }
+    }
+    Ok(())
+}
+
+/// `ferrax_qr` (jax's whole `qr` on row-major arrays) against the CPU core: the fused warp and
+/// block kernels, and past them geqrf and orgqr from the libraries on a column-major copy.
+fn qr<T: TestScalar>(device: &Device, full_matrices: bool) -> Result<(), String> {
+    let mut rng = Rng::new(16);
+    for (batch, m, n, path) in [(5, 9, 6, "ferrax_qr_small_"), (3, 6, 11, "ferrax_qr_small_"), (2, 50, 40, "_block"), (2, 140, 20, "orgqr")] {
+        let q_cols = if full_matrices { m } else { m.min(n) };
+        let a: Vec<T> = rng.matrix(batch * m * n);
+        let a_dev = device.upload(&a, dims3(batch, m, n));
+        let (q, r) = (device.zeros::<T>(dims3(batch, m, q_cols)), device.zeros::<T>(dims3(batch, q_cols, n)));
+        let attrs = [("full_matrices", Attr::Bool(full_matrices))];
+        let calls = device.call(ops::qr::cuda::ferrax_cuda_qr, &[&a_dev], &[&q, &r], &attrs)?;
+        let what = format!("{m}×{n}, batch {batch}");
+        expect_path(&what, &calls, path)?;
+        let (mut a_in, mut want_q, mut want_r) = (a.clone(), vec![T::zero(); batch * m * q_cols], vec![T::zero(); batch * q_cols * n]);
+        // SAFETY: the vectors hold the batches row-major.
+        let views = unsafe {
+            (
+                Batch::packed(a_in.as_mut_ptr(), [batch, m, n], Layout::RowMajor),
+                Batch::packed(want_q.as_mut_ptr(), [batch, m, q_cols], Layout::RowMajor),
+                Batch::packed(want_r.as_mut_ptr(), [batch, q_cols, n], Layout::RowMajor),
+            )
+        };
+        ferrax::linalg::qr::qr(&Serial, views.0, views.1, views.2, full_matrices).map_err(|e| e.message)?;
+        let tol = tolerance::<T>(m, 1.0);
+        expect_close(&format!("{what} Q"), &q.download::<T>(), &want_q, tol)?;
+        expect_close(&format!("{what} R"), &r.download::<T>(), &want_r, tol)?;
+    }
+    Ok(())
+}
+
+// ---- cholesky_update ------------------------------------------------------------------------
+
+/// `ferrax_cholesky_update` (R row-major upper, `R'ᴴR' = RᴴR + wwᴴ`) checked by that identity,
+/// for the grouped, one-warp and multi-warp kernels.
+fn cholesky_update<T: TestScalar>(device: &Device) -> Result<(), String> {
+    let mut rng = Rng::new(17);
+    // The one-warp kernel takes orders past 32 for batches of 8 per multiprocessor (the child
+    // runs with 4).
+    for (batch, n, path) in [(9, 4, "_g4_"), (5, 16, "_g16_"), (40, 40, "_small_"), (2, 100, "_large_")] {
+        // R: the upper factor of a positive definite matrix, row-major.
+        let a: Vec<T> = positive_definite(&mut rng, batch, n);
+        let mut factor = a.clone();
+        // The lower factor L, column-major, read row-major is Lᵀ: an upper R with a positive
+        // diagonal (the identity checked below holds for any such R).
+        // SAFETY: `factor` holds the batch column-major.
+        let view = unsafe { Batch::packed(factor.as_mut_ptr(), [batch, n, n], Layout::ColumnMajor) };
+        let mut info = vec![0; batch];
+        ferrax::linalg::potrf::potrf(&Serial, InOut::in_place(view), Uplo::Lower, &mut info)
+            .map_err(|e| e.message)?;
+        // Zero the other triangle: column-major strictly upper = row-major strictly lower.
+        for (e, x) in factor.iter_mut().enumerate() {
+            let (i, j) = (e % (n * n) % n, e % (n * n) / n);
+            if j > i {
+                *x = T::zero();
+            }
+        }
+        let w: Vec<T> = rng.matrix(batch * n);
+        let (r_dev, w_dev) = (device.upload(&factor, dims3(batch, n, n)), device.upload(&w, vec![batch as i64, n as i64]));
+        let (r_out, w_out) = (device.zeros::<T>(dims3(batch, n, n)), device.zeros::<T>(vec![batch as i64, n as i64]));
+        let calls = device.call(ops::cholesky_update::cuda::ferrax_cuda_cholesky_update, &[&r_dev, &w_dev], &[&r_out, &w_out], &[])?;
+        let what = format!("order {n}, batch {batch}");
+        expect_path(&what, &calls, path)?;
+        let (r0, r1) = (&factor, r_out.download::<T>());
+        for b in 0..batch {
+            // (RᴴR)[i][j] = Σ_k conj(R[k][i]) R[k][j], R row-major.
+            let gram = |r: &[T], i: usize, j: usize| (0..n).fold(T::zero(), |s, k| s + r[b * n * n + k * n + i].conj() * r[b * n * n + k * n + j]);
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            for i in 0..n {
+                for j in 0..n {
+                    got.push(gram(&r1, i, j));
+                    want.push(gram(r0, i, j) + w[b * n + i] * w[b * n + j].conj());
+                }
+            }
+            expect_close(&format!("{what}, matrix {b}: R'ᴴR'"), &got, &want, tolerance::<T>(n, 4.0 * n as f64))?;
+        }
+    }
+    Ok(())
+}
+
+// ---- pivots and threefry --------------------------------------------------------------------
+
+/// `ferrax_lu_pivots_to_permutation` for the batched, one-block-per-matrix and global kernels,
+/// against the swaps applied in order.
+fn pivots_to_permutation(device: &Device) -> Result<(), String> {
+    let mut rng = Rng::new(18);
+    for (batch, k, size, path) in [(300, 8, 8, "permutation"), (3, 300, 400, "_large"), (2, 4000, 40000, "_global")] {
+        let pivots: Vec<i32> = (0..batch * k)
+            .map(|e| {
+                let j = e % k;
+                (j + ((rng.uniform() + 1.0) * 0.5 * (size - j) as f64) as usize).min(size - 1) as i32
+            })
+            .collect();
+        let p_dev = device.upload(&pivots, vec![batch as i64, k as i64]);
+        let perm = device.zeros::<i32>(vec![batch as i64, size as i64]);
+        let handler = ops::pivots::cuda::ferrax_cuda_lu_pivots_to_permutation;
+        let calls = device.call(handler, &[&p_dev], &[&perm], &[])?;
+        let what = format!("{k} pivots, permutations of {size}, batch {batch}");
+        expect_path(&what, &calls, path)?;
+        let mut want: Vec<i32> = Vec::with_capacity(batch * size);
+        for b in 0..batch {
+            let mut p: Vec<i32> = (0..size as i32).collect();
+            for j in 0..k {
+                p.swap(j, pivots[b * k + j] as usize);
+            }
+            want.extend(p);
+        }
+        expect_equal(&what, &perm.download::<i32>(), &want)?;
+    }
+    Ok(())
+}
+
+/// `ferrax_threefry2x32` against the kernels crate's scalar hash (bit-exact with jax's).
+fn threefry2x32(device: &Device) -> Result<(), String> {
+    let mut rng = Rng::new(19);
+    let n = 5000;
+    let inputs: Vec<Vec<u32>> = (0..4).map(|_| rng.words(n)).collect();
+    let dims = vec![n as i64, 1];
+    let ins: Vec<_> = inputs.iter().map(|v| device.upload(v, dims.clone())).collect();
+    let (out0, out1) = (device.zeros::<u32>(dims.clone()), device.zeros::<u32>(dims));
+    let handler = ops::threefry::cuda::ferrax_cuda_threefry2x32;
+    let calls = device.call(handler, &[&ins[0], &ins[1], &ins[2], &ins[3]], &[&out0, &out1], &[])?;
+    expect_path("threefry2x32", &calls, "ferrax_threefry2x32")?;
+    let (got0, got1) = (out0.download::<u32>(), out1.download::<u32>());
+    for e in 0..n {
+        let want = ferrax_kernels::threefry::threefry2x32([inputs[0][e], inputs[1][e]], [inputs[2][e], inputs[3][e]]);
+        if [got0[e], got1[e]] != want {
+            return Err(format!("element {e}: {:?}, expected {want:?}", [got0[e], got1[e]]));
+        }
+    }
+    Ok(())
+}
+
+/// `ferrax_threefry2x32_bits` (counters made in the kernel) for every word width, against the
+/// hash of each counter: element `e` of key `k` hashes counter `e` (high word first), its two
+/// words joined for u64 and xor-ed (then truncated) otherwise.
+fn threefry2x32_bits(device: &Device) -> Result<(), String> {
+    let mut rng = Rng::new(20);
+    let (keys, per_key) = (3usize, 1001usize);
+    let key_words = rng.words(2 * keys);
+    let k_dev = device.upload(&key_words, vec![keys as i64, 2]);
+    let hash = |k: usize, e: usize| ferrax_kernels::threefry::threefry2x32([key_words[2 * k], key_words[2 * k + 1]], [(e as u64 >> 32) as u32, e as u32]);
+    macro_rules! width {
+        ($t:ty, $join:expr) => {{
+            let bits = device.zeros::<$t>(vec![keys as i64, per_key as i64]);
+            let handler = ops::threefry::cuda::ferrax_cuda_threefry2x32_bits;
+            let calls = device.call(handler, &[&k_dev], &[&bits], &[])?;
+            expect_path(stringify!($t), &calls, "ferrax_threefry2x32_bits")?;
+            let got = bits.download::<$t>();
+            for (i, &g) in got.iter().enumerate() {
+                let [y0, y1] = hash(i / per_key, i % per_key);
+                let want: $t = $join(y0, y1);
+                if g != want {
+                    return Err(format!("{}: word {i}: {g:#x}, expected {want:#x}", stringify!($t)));
+                }
+            }
+        }};
+    }
+    width!(u8, |a: u32, b: u32| (a ^ b) as u8);
+    width!(u16, |a: u32, b: u32| (a ^ b) as u16);
+    width!(u32, |a: u32, b: u32| a ^ b);
+    width!(u64, |a: u32, b: u32| (u64::from(a) << 32) | u64::from(b));
+    Ok(())
+}
+
+/// Tolerance for comparing two computations of the same factorization of matrices of order
+/// `n` and size `scale`.
+fn tolerance<T: TestScalar>(n: usize, scale: f64) -> f64 {
+    64.0 * n.max(1) as f64 * T::EPS * scale.max(1.0)
+}
+
+fn expect_close<T: TestScalar>(what: &str, got: &[T], want: &[T], tol: f64) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} values, expected {}", got.len(), want.len()));
+    }
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let (gn, wn) = (g.is_nan_value(), w.is_nan_value());
+        if gn || wn {
+            if gn != wn {
+                return Err(format!("{what}[{i}]: {g:?}, expected {w:?}"));
+            }
+            continue;
+        }
+        if (*g - *w).modulus() > tol {
+            return Err(format!("{what}[{i}]: {g:?}, expected {w:?} (tolerance {tol:e})"));
+        }
+    }
+    Ok(())
+}
+
+fn expect_equal<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> Result<(), String> {
+    match got.iter().zip(want).position(|(g, w)| g != w) {
+        _ if got.len() != want.len() => Err(format!("{what}: {} values, expected {}", got.len(), want.len())),
+        Some(i) => Err(format!("{what}[{i}]: {:?}, expected {:?}", got[i], want[i])),
+        None => Ok(()),
+    }
+}
+
+/// `[batch, m, n]` as an operand's dims.
+fn dims3(batch: usize, m: usize, n: usize) -> Vec<i64> {
+    vec![batch as i64, m as i64, n as i64]
+}
+
+// ---- getrf ----------------------------------------------------------------------------------
+
+/// LU on the device (`ferrax_getrf`, or `ferrax_getrf_row_major`) against the CPU core: the
+/// warp kernels, the block kernel, and past it cuBLAS's batched getrf (square, batch ≥ 2) and
+/// cuSOLVER's looped one, with a singular and a NaN matrix in each batch.
+fn getrf<T: TestScalar>(device: &Device, layout: Layout) -> Result<(), String> {
+    let handler: XLA_FFI_Handler = match layout {
+        Layout::ColumnMajor => ops::getrf::cuda::ferrax_cuda_getrf,
+        Layout::RowMajor => ops::getrf::cuda::ferrax_cuda_getrf_row_major,
+    };
+    let mut rng = Rng::new(11);
+    let shapes: [(usize, usize, usize, &str); 6] = [
+        (5, 8, 8, "ferrax_getrf_small_"),
+        (4, 3, 7, "ferrax_getrf_small_"),
+        (3, 40, 33, "_block"),
+        (0, 5, 5, ""),
+        // cuBLAS's batched getrf, but for complex128 (PyTorch's rule): cuSOLVER's.
+        (3, 130, 130, "getrf"),
+        (2, 140, 129, "getrf"),
+    ];
+    for (batch, m, n, path) in shapes {
+        let k = m.min(n);
+        let mut a: Vec<T> = rng.matrix(batch * m * n);
+        if batch > 2 {
+            // A zero column (singular, info > 0) and a NaN.
+            for i in 0..m {
+                a[m * n + index(layout, m, n, i, 0)] = T::zero();
+            }
+            a[2 * m * n + index(layout, m, n, 0, 1)] = T::nan();
+        }
+        let a_dev = device.upload(&a, dims3(batch, m, n));
+        let lu = device.zeros::<T>(dims3(batch, m, n));
+        let ipiv = device.zeros::<i32>(vec![batch as i64, k as i64]);
+        let info = device.zeros::<i32>(vec![batch as i64]);
+        let calls = device.call(handler, &[&a_dev], &[&lu, &ipiv, &info], &[])?;
+        let what = format!("{m}×{n}, batch {batch}");
+        expect_path(&what, &calls, path)?;
+        // The CPU core on the same input.
+        let (mut want, mut want_ipiv, mut want_info) = (a.clone(), vec![0; batch * k], vec![0; batch]);
+        // SAFETY: `want` holds the batch in `layout`.
+        let view = unsafe { Batch::packed(want.as_mut_ptr(), [batch, m, n], layout) };
+        ferrax::linalg::getrf::getrf(&Serial, InOut::in_place(view), &mut want_ipiv, &mut want_info)
+            .map_err(|e| e.message)?;
+        expect_equal(&format!("{what} info"), &info.download::<i32>(), &want_info)?;
+        let (got, got_ipiv) = (lu.download::<T>(), ipiv.download::<i32>());
+        for b in 0..batch {
+            let (ms, ks) = (b * m * n..(b + 1) * m * n, b * k..(b + 1) * k);
+            let what = format!("{what}, matrix {b}");
+            if want[ms.clone()].iter().any(|x| x.is_nan_value()) {
+                // Where NaN spreads depends on the order of operations.
+                if !got[ms].iter().any(|x| x.is_nan_value()) {
+                    return Err(format!("{what}: no NaN where the input has one"));
+                }
+                continue;
+            }
+            expect_equal(&format!("{what} pivots"), &got_ipiv[ks.clone()], &want_ipiv[ks])?;
+            expect_close(&what, &got[ms.clone()], &want[ms], tolerance::<T>(k, 1.0))?;
+        }
+    }
+    Ok(())
+}
+
+/// Element `(i, j)`'s position in an `m × n` matrix in `layout`.
+fn index(layout: Layout, m: usize, n: usize, i: usize, j: usize) -> usize {
+    match layout {
+        Layout::ColumnMajor => j * m + i,
+        Layout::RowMajor => i * n + j,
+    }
+}
