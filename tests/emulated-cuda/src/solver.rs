@@ -2079,6 +2079,16 @@ pub(crate) mod tests {
                 "is no live cuSOLVER handle",
             );
 
+            // A cuBLAS handle is not a cuSOLVER one.
+            let mut blas = null_mut();
+            assert_eq!(crate::blas::cublasCreate_v2(&mut blas), 0);
+            let status = cusolverDnSetStream(blas, ferrax_emulated_stream());
+            rejected(
+                status,
+                CUSOLVER_STATUS_NOT_INITIALIZED,
+                "is no live cuSOLVER handle",
+            );
+
             assert_eq!(cusolverDnSetStream(h, ferrax_emulated_stream()), 0);
             assert_eq!(
                 cusolverDnDgetrf(h, 4, 4, a.ptr, 4, work.ptr, ipiv.ptr, info.ptr),
