@@ -104,10 +104,10 @@ fn positive_definite<T: TestScalar>(rng: &mut Rng, batch: usize, n: usize) -> Ve
 fn potrf<T: TestScalar>(device: &Device, uplo: Uplo) -> Result<(), String> {
     let mut rng = Rng::new(12);
     let letter = if uplo == Uplo::Lower { b'L' } else { b'U' };
-    for (batch, n, path) in [(9, 8, "ferrax_potrf_small_"), (3, 50, "_block"), (3, 130, "potrfBatched"), (1, 140, "potrf")] {
+    for (batch, n, path) in [(9, 8, "ferrax_potrf_small_"), (3, 50, "_block"), (3, 130, "potrfBatched"), (1, 140, "potrf"), (0, 4, ""), (2, 0, "")] {
         let mut a: Vec<T> = positive_definite(&mut rng, batch, n);
-        if batch > 1 {
-            a[n * n + (n / 2) * (n + 1)] = T::from_parts(-1.0, 0.0);
+        if batch > 1 && n > 0 {
+            a[n * n + (n / 2) * (n + 1)] = T::from_parts(-1.0, 0.0); // indefinite: info > 0
         }
         let a_dev = device.upload(&a, dims3(batch, n, n));
         let factor = device.zeros::<T>(dims3(batch, n, n));
@@ -174,8 +174,10 @@ fn geqrf_orgqr<T: TestScalar>(device: &Device) -> Result<(), String> {
     let shapes = [
         (5, 8, 6, "ferrax_geqrf_small_", "ferrax_orgqr_small_"),
         (3, 60, 40, "_block", "_block"),
-        (9, 130, 30, "geqrfBatched", "orgqr"),
-        (2, 140, 129, "geqrf", "orgqr"),
+        // cuSOLVER's orgqr is ungqr for complex matrices.
+        (9, 130, 30, "geqrfBatched", "gqr"),
+        (2, 140, 129, "geqrf", "gqr"),
+        (0, 7, 5, "", ""),
     ];
     for (batch, m, n, geqrf_path, orgqr_path) in shapes {
         let k = m.min(n);
@@ -209,7 +211,8 @@ fn geqrf_orgqr<T: TestScalar>(device: &Device) -> Result<(), String> {
 /// acting on up to 128 vectors, cuSOLVER past it.
 fn ormqr<T: TestScalar>(device: &Device) -> Result<(), String> {
     let mut rng = Rng::new(15);
-    for (batch, q_order, k, vectors, path) in [(4, 12, 7, 5, "ferrax_ormqr_small_"), (2, 130, 20, 9, "ormqr")] {
+    // cuSOLVER's ormqr is unmqr for complex matrices.
+    for (batch, q_order, k, vectors, path) in [(4, 12, 7, 5, "ferrax_ormqr_small_"), (2, 130, 20, 9, "mqr"), (0, 5, 3, 2, "")] {
         for (left, transpose) in [(true, false), (true, true), (false, false), (false, true)] {
             let a: Vec<T> = rng.matrix(batch * q_order * k);
             let tau: Vec<T> = rng.matrix(batch * k);
@@ -244,7 +247,7 @@ fn ormqr<T: TestScalar>(device: &Device) -> Result<(), String> {
 /// block kernels, and past them geqrf and orgqr from the libraries on a column-major copy.
 fn qr<T: TestScalar>(device: &Device, full_matrices: bool) -> Result<(), String> {
     let mut rng = Rng::new(16);
-    for (batch, m, n, path) in [(5, 9, 6, "ferrax_qr_small_"), (3, 6, 11, "ferrax_qr_small_"), (2, 50, 40, "_block"), (2, 140, 20, "orgqr")] {
+    for (batch, m, n, path) in [(5, 9, 6, "ferrax_qr_small_"), (3, 6, 11, "ferrax_qr_small_"), (2, 50, 40, "_block"), (2, 140, 20, "gqr"), (2, 0, 3, "")] {
         let q_cols = if full_matrices { m } else { m.min(n) };
         let a: Vec<T> = rng.matrix(batch * m * n);
         let a_dev = device.upload(&a, dims3(batch, m, n));
@@ -453,11 +456,12 @@ fn getrf<T: TestScalar>(device: &Device, layout: Layout) -> Result<(), String> {
         Layout::RowMajor => ops::getrf::cuda::ferrax_cuda_getrf_row_major,
     };
     let mut rng = Rng::new(11);
-    let shapes: [(usize, usize, usize, &str); 6] = [
+    let shapes: [(usize, usize, usize, &str); 7] = [
         (5, 8, 8, "ferrax_getrf_small_"),
         (4, 3, 7, "ferrax_getrf_small_"),
         (3, 40, 33, "_block"),
         (0, 5, 5, ""),
+        (2, 0, 4, ""),
         // cuBLAS's batched getrf, but for complex128 (PyTorch's rule): cuSOLVER's.
         (3, 130, 130, "getrf"),
         (2, 140, 129, "getrf"),
