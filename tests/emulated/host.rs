@@ -306,9 +306,12 @@ pub fn run(device: &Device, cases: &[crate::Case]) -> ExitCode {
     let filter = std::env::var("EMULATED_CUDA_CASES").unwrap_or_default();
     let mut failed = Vec::new();
     for (name, case) in cases.iter().filter(|(name, _)| name.contains(&filter)) {
+        // Named before it runs: a kernel that touches memory past a buffer crashes the process.
+        print!("{name} ... ");
+        let _ = std::io::Write::flush(&mut std::io::stdout());
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(device)))
             .unwrap_or_else(|_| Err("the case panicked".into()));
-        println!("{name} ... {}", if outcome.is_ok() { "ok" } else { "FAILED" });
+        println!("{}", if outcome.is_ok() { "ok" } else { "FAILED" });
         if let Err(message) = outcome {
             println!("    {}", message.replace('\n', "\n    "));
             failed.push(name.clone());
