@@ -10,7 +10,7 @@
 
 use crate::solver::{
     check_extents, fail, geqrf_arguments, geqrf_lwork, guard, host_pointer, lapack, lapack_info,
-    pointer_array, require, span, Extent, Fault, Handles, Outcome, Scalar,
+    library, pointer_array, require, span, Extent, Fault, Handles, Outcome, Scalar,
 };
 use ferrax_cpu_fallback::single_threaded;
 use num_complex::Complex;
@@ -25,44 +25,19 @@ pub const CUBLAS_STATUS_INVALID_VALUE: Status = 7;
 pub const CUBLAS_STATUS_EXECUTION_FAILED: Status = 13;
 pub const CUBLAS_STATUS_INTERNAL_ERROR: Status = 14;
 
-fn status(fault: Option<Fault>) -> Status {
-    match fault {
-        None => CUBLAS_STATUS_SUCCESS,
-        Some(Fault::NotInitialized) => CUBLAS_STATUS_NOT_INITIALIZED,
-        Some(Fault::InvalidValue) => CUBLAS_STATUS_INVALID_VALUE,
-        Some(Fault::ExecutionFailed) => CUBLAS_STATUS_EXECUTION_FAILED,
-        Some(Fault::Internal) => CUBLAS_STATUS_INTERNAL_ERROR,
-    }
-}
-
-fn run(routine: &str, body: impl FnOnce() -> Outcome) -> Status {
-    guard(routine, status, body)
-}
-
-static HANDLES: Handles = Handles::new("cuBLAS");
-
-/// # Safety
-/// `handle` is null or writable.
-#[no_mangle]
-pub unsafe extern "C" fn cublasCreate_v2(handle: *mut Handle) -> Status {
-    run("cublasCreate_v2", || {
-        HANDLES.create("cublasCreate_v2", handle)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cublasDestroy_v2(handle: Handle) -> Status {
-    run("cublasDestroy_v2", || {
-        HANDLES.destroy("cublasDestroy_v2", handle)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cublasSetStream_v2(handle: Handle, stream: *mut c_void) -> Status {
-    run("cublasSetStream_v2", || {
-        HANDLES.set_stream("cublasSetStream_v2", handle, stream)
-    })
-}
+library!(
+    "cuBLAS",
+    [
+        CUBLAS_STATUS_SUCCESS,
+        CUBLAS_STATUS_NOT_INITIALIZED,
+        CUBLAS_STATUS_INVALID_VALUE,
+        CUBLAS_STATUS_EXECUTION_FAILED,
+        CUBLAS_STATUS_INTERNAL_ERROR
+    ],
+    cublasCreate_v2,
+    cublasDestroy_v2,
+    cublasSetStream_v2
+);
 
 /// LU with partial pivoting of `batch` n×n matrices: `n` 1-based pivots per matrix in `ipiv`,
 /// one `info` per matrix (both device arrays), as cuBLAS's `getrfBatched`.

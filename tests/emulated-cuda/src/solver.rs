@@ -430,6 +430,49 @@ pub(crate) fn geqrf_arguments(routine: &str, m: c_int, n: c_int, lda: c_int) -> 
     })
 }
 
+/// A library's statuses for each [`Fault`] (success first), its `run` (the guard with them),
+/// its handle table and its exported `Create`, `Destroy` and `SetStream`.
+macro_rules! library {
+    ($name:literal, [$ok:expr, $not_initialized:expr, $invalid:expr, $failed:expr, $internal:expr],
+     $create:ident, $destroy:ident, $set_stream:ident) => {
+        fn status(fault: Option<Fault>) -> Status {
+            match fault {
+                None => $ok,
+                Some(Fault::NotInitialized) => $not_initialized,
+                Some(Fault::InvalidValue) => $invalid,
+                Some(Fault::ExecutionFailed) => $failed,
+                Some(Fault::Internal) => $internal,
+            }
+        }
+
+        fn run(routine: &str, body: impl FnOnce() -> Outcome) -> Status {
+            guard(routine, status, body)
+        }
+
+        static HANDLES: Handles = Handles::new($name);
+
+        /// # Safety
+        /// `handle` is null or writable.
+        #[no_mangle]
+        pub unsafe extern "C" fn $create(handle: *mut Handle) -> Status {
+            run(stringify!($create), || HANDLES.create(stringify!($create), handle))
+        }
+
+        #[no_mangle]
+        pub extern "C" fn $destroy(handle: Handle) -> Status {
+            run(stringify!($destroy), || HANDLES.destroy(stringify!($destroy), handle))
+        }
+
+        #[no_mangle]
+        pub extern "C" fn $set_stream(handle: Handle, stream: *mut c_void) -> Status {
+            run(stringify!($set_stream), || {
+                HANDLES.set_stream(stringify!($set_stream), handle, stream)
+            })
+        }
+    };
+}
+pub(crate) use library;
+
 // ---------------------------------------------------------------------------------------------
 // cuSOLVER.
 // ---------------------------------------------------------------------------------------------
@@ -453,44 +496,19 @@ pub const CUBLAS_OP_N: c_int = 0;
 pub const CUBLAS_OP_T: c_int = 1;
 pub const CUBLAS_OP_C: c_int = 2;
 
-fn status(fault: Option<Fault>) -> Status {
-    match fault {
-        None => CUSOLVER_STATUS_SUCCESS,
-        Some(Fault::NotInitialized) => CUSOLVER_STATUS_NOT_INITIALIZED,
-        Some(Fault::InvalidValue) => CUSOLVER_STATUS_INVALID_VALUE,
-        Some(Fault::ExecutionFailed) => CUSOLVER_STATUS_EXECUTION_FAILED,
-        Some(Fault::Internal) => CUSOLVER_STATUS_INTERNAL_ERROR,
-    }
-}
-
-fn run(routine: &str, body: impl FnOnce() -> Outcome) -> Status {
-    guard(routine, status, body)
-}
-
-static HANDLES: Handles = Handles::new("cuSOLVER");
-
-/// # Safety
-/// `handle` is null or writable.
-#[no_mangle]
-pub unsafe extern "C" fn cusolverDnCreate(handle: *mut Handle) -> Status {
-    run("cusolverDnCreate", || {
-        HANDLES.create("cusolverDnCreate", handle)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cusolverDnDestroy(handle: Handle) -> Status {
-    run("cusolverDnDestroy", || {
-        HANDLES.destroy("cusolverDnDestroy", handle)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cusolverDnSetStream(handle: Handle, stream: *mut c_void) -> Status {
-    run("cusolverDnSetStream", || {
-        HANDLES.set_stream("cusolverDnSetStream", handle, stream)
-    })
-}
+library!(
+    "cuSOLVER",
+    [
+        CUSOLVER_STATUS_SUCCESS,
+        CUSOLVER_STATUS_NOT_INITIALIZED,
+        CUSOLVER_STATUS_INVALID_VALUE,
+        CUSOLVER_STATUS_EXECUTION_FAILED,
+        CUSOLVER_STATUS_INTERNAL_ERROR
+    ],
+    cusolverDnCreate,
+    cusolverDnDestroy,
+    cusolverDnSetStream
+);
 
 /// `uplo` as LAPACK's character.
 fn fill(routine: &str, uplo: c_int) -> Result<c_char, Fault> {
