@@ -72,10 +72,15 @@ macro_rules! c_field {
     };
 }
 
-/// `Struct [Rust STRUCT_SIZE const] { field, rust_field as c_field, .. }`. The `[..]` part is
-/// given for the structs whose `*_STRUCT_SIZE` sys.rs defines (the header defines it for more).
+/// `Struct [Rust STRUCT_SIZE const] { field, rust_field as c_field, field since 4, .. }`, checked
+/// against a header of API 0.`$minor`. The `[..]` part is given for the structs whose
+/// `*_STRUCT_SIZE` sys.rs defines (the header defines it for more). A field `since` a newer
+/// minor than the header's is absent there: the struct then ends before it, so its size there
+/// is the end of its last field that is present.
 macro_rules! structs {
-    ($spec:ident; $($s:ident $([$size:ident])? { $($f:ident $(as $cf:ident)?),* $(,)? })*) => {$(
+    ($spec:ident, $minor:ident; $($s:ident $([$size:ident])? {
+        $($f:ident $(as $cf:ident)? $(since $since:literal)?),* $(,)?
+    })*) => {$(
         // Exhaustive pattern, so a field added to sys.rs but not listed here does not compile
         // (inside a macro rustc words it as "pattern requires `..`"; the fix is to list the field).
         let _ = |v: &sys::$s| {
@@ -83,40 +88,70 @@ macro_rules! structs {
         };
         let s = stringify!($s);
         $spec.covered.push(s);
-        $spec.push(format!("size_of::<{s}>()"), format!("sizeof({s})"), size_of::<sys::$s>());
+        let mut present_end = 0;
+        let mut complete = true;
+        $(
+            let since: i32 = 0 $(+ $since)?;
+            if $minor >= since {
+                let (f, cf) = (stringify!($f), c_field!($f $($cf)?));
+                let (offset, size) = (offset_of!(sys::$s, $f), field_size(|v: &sys::$s| &v.$f));
+                $spec.push(format!("offset_of!({s}, {f})"), format!("offsetof({s}, {cf})"), offset);
+                $spec.push(format!("size of {s}.{f}"), format!("sizeof((({s} *)0)->{cf})"), size);
+                present_end = present_end.max(offset + size);
+            } else {
+                complete = false;
+            }
+        )*
+        let _ = present_end; // read only by structs with a STRUCT_SIZE
         $spec.push(format!("align_of::<{s}>()"), format!("_Alignof({s})"), align_of::<sys::$s>());
+        if complete {
+            $spec.push(format!("size_of::<{s}>()"), format!("sizeof({s})"), size_of::<sys::$s>());
+        }
         $(
             $spec.covered.push(stringify!($size));
-            $spec.push(stringify!($size).into(), stringify!($size).into(), sys::$size);
+            let (name, rust) = if complete {
+                (stringify!($size).to_string(), sys::$size)
+            } else {
+                (format!("end of {s}'s fields in API 0.{}", $minor), present_end)
+            };
+            $spec.push(name, stringify!($size).into(), rust);
         )?
-        $(
-            let (f, cf) = (stringify!($f), c_field!($f $($cf)?));
-            $spec.push(
-                format!("offset_of!({s}, {f})"),
-                format!("offsetof({s}, {cf})"),
-                offset_of!(sys::$s, $f),
-            );
-            $spec.push(
-                format!("size of {s}.{f}"),
-                format!("sizeof((({s} *)0)->{cf})"),
-                field_size(|v: &sys::$s| &v.$f),
-            );
-        )*
     )*};
 }
 
-/// Integer constants with the same name on both sides.
+/// Integer constants with the same name on both sides; one `since` a newer minor than the
+/// header's is not looked for there.
 macro_rules! consts {
-    ($spec:ident; $($c:ident),* $(,)?) => {$(
+    ($spec:ident, $minor:ident; $($c:ident $(since $since:literal)?),* $(,)?) => {$(
         $spec.covered.push(stringify!($c));
-        $spec.push(stringify!($c).into(), stringify!($c).into(), usize::try_from(sys::$c).unwrap());
+        let since: i32 = 0 $(+ $since)?;
+        if $minor >= since {
+            $spec.push(stringify!($c).into(), stringify!($c).into(), usize::try_from(sys::$c).unwrap());
+        }
     )*};
 }
 
-fn spec() -> Spec {
+/// The names a header older than 0.4 has for what 0.4 renamed (the layout did not change).
+fn legacy_names(c_expr: &str, minor: i32) -> String {
+    let renames = [
+        ("XLA_FFI_InternalExtension", "XLA_FFI_Extension_Base"),
+        ("XLA_FFI_Error_GetDetails", "XLA_FFI_Error_GetMessage"),
+        ("XLA_FFI_InvokeContext_Get", "XLA_FFI_ExecutionContext_Get"),
+    ];
+    let mut expr = c_expr.to_string();
+    if minor < 4 {
+        for (new, old) in renames {
+            expr = expr.replace(new, old);
+        }
+    }
+    expr
+}
+
+/// Everything sys.rs claims about a header of API 0.`minor`.
+fn spec(minor: i32) -> Spec {
     let mut spec = Spec::default();
-    structs! { spec;
-        XLA_FFI_Extension_Base [XLA_FFI_Extension_Base_STRUCT_SIZE] {
+    structs! { spec, minor;
+        XLA_FFI_InternalExtension [XLA_FFI_InternalExtension_STRUCT_SIZE] {
             struct_size, type_ as type, next,
         }
         XLA_FFI_Api_Version [XLA_FFI_Api_Version_STRUCT_SIZE] {
@@ -125,8 +160,8 @@ fn spec() -> Spec {
         XLA_FFI_Error_Create_Args [XLA_FFI_Error_Create_Args_STRUCT_SIZE] {
             struct_size, extension_start, message, errc,
         }
-        XLA_FFI_Error_GetMessage_Args [XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE] {
-            struct_size, extension_start, error, message,
+        XLA_FFI_Error_GetDetails_Args [XLA_FFI_Error_GetDetails_Args_STRUCT_SIZE] {
+            struct_size, extension_start, error, message, errc since 4,
         }
         XLA_FFI_Error_Destroy_Args [XLA_FFI_Error_Destroy_Args_STRUCT_SIZE] {
             struct_size, extension_start, error,
@@ -138,10 +173,6 @@ fn spec() -> Spec {
         XLA_FFI_Scalar { dtype, value }
         XLA_FFI_Array { dtype, size, data }
         XLA_FFI_TypeId { type_id }
-        XLA_FFI_TypeInfo { struct_size, extension_start, deleter }
-        XLA_FFI_Future_Create_Args { struct_size, extension_start, future }
-        XLA_FFI_Future_SetAvailable_Args { struct_size, extension_start, future }
-        XLA_FFI_Future_SetError_Args { struct_size, extension_start, future, error }
         XLA_FFI_Args [XLA_FFI_Args_STRUCT_SIZE] { struct_size, extension_start, size, types, args }
         XLA_FFI_Rets [XLA_FFI_Rets_STRUCT_SIZE] { struct_size, extension_start, size, types, rets }
         XLA_FFI_Attrs [XLA_FFI_Attrs_STRUCT_SIZE] {
@@ -150,14 +181,6 @@ fn spec() -> Spec {
         XLA_FFI_CallFrame [XLA_FFI_CallFrame_STRUCT_SIZE] {
             struct_size, extension_start, api, ctx, stage, args, rets, attrs, future,
         }
-        XLA_FFI_Handler_Bundle { instantiate, prepare, initialize, execute }
-        XLA_FFI_Handler_Register_Args {
-            struct_size, extension_start, name, platform, bundle, traits,
-        }
-        XLA_FFI_Type_Register_Args { struct_size, extension_start, name, type_id, type_info }
-        XLA_FFI_ExecutionContext_Get_Args { struct_size, extension_start, ctx, type_id, data }
-        XLA_FFI_State_Set_Args { struct_size, extension_start, ctx, stage, type_id, state }
-        XLA_FFI_State_Get_Args { struct_size, extension_start, ctx, stage, type_id, state }
         XLA_FFI_Stream_Get_Args [XLA_FFI_Stream_Get_Args_STRUCT_SIZE] {
             struct_size, extension_start, ctx, stream,
         }
@@ -191,12 +214,12 @@ fn spec() -> Spec {
             api_version,
             internal_api,
             XLA_FFI_Error_Create,
-            XLA_FFI_Error_GetMessage,
+            XLA_FFI_Error_GetDetails,
             XLA_FFI_Error_Destroy,
             XLA_FFI_Handler_Register,
             XLA_FFI_Stream_Get,
             XLA_FFI_Type_Register,
-            XLA_FFI_ExecutionContext_Get,
+            XLA_FFI_InvokeContext_Get,
             XLA_FFI_State_Set,
             XLA_FFI_State_Get,
             XLA_FFI_DeviceMemory_Allocate,
@@ -208,18 +231,21 @@ fn spec() -> Spec {
             XLA_FFI_Future_SetError,
             XLA_FFI_RunId_Get,
             XLA_FFI_DeviceOrdinal_Get,
+            XLA_FFI_InvokeContext_FindExtension since 4,
+            XLA_FFI_CustomOptions_Get since 5,
         }
     }
     // Incomplete types in C: only ever handled through pointers, so they have no layout.
     spec.covered.extend([
         "XLA_FFI_Error",
-        "XLA_FFI_ExecutionContext",
+        "XLA_FFI_InvokeContext",
         "XLA_FFI_Future",
         "XLA_FFI_InternalApi",
     ]);
-    consts! { spec;
+    // The header's own minor version is what selects this spec (see `checked_headers`).
+    spec.covered.extend(["XLA_FFI_API_MINOR", "XLA_FFI_API_MINOR_OLDEST"]);
+    consts! { spec, minor;
         XLA_FFI_API_MAJOR,
-        XLA_FFI_API_MINOR,
         XLA_FFI_Extension_Metadata,
         XLA_FFI_ArgType_BUFFER,
         XLA_FFI_RetType_BUFFER,
@@ -231,6 +257,7 @@ fn spec() -> Spec {
         XLA_FFI_ExecutionStage_PREPARE,
         XLA_FFI_ExecutionStage_INITIALIZE,
         XLA_FFI_ExecutionStage_EXECUTE,
+        XLA_FFI_ExecutionStage_RECORD since 4,
         XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE,
     }
     use DataType::*;
@@ -276,6 +303,9 @@ fn spec() -> Spec {
             raw,
         );
     }
+    for expect in &mut spec.expects {
+        expect.c_expr = legacy_names(&expect.c_expr, minor);
+    }
     spec
 }
 
@@ -298,43 +328,89 @@ fn uncovered(covered: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// Directory holding `xla/ffi/api/c_api.h`, or `None` (after saying so) when there is none.
-fn include_dir() -> Option<&'static Path> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
+/// A directory holding `xla/ffi/api/c_api.h`, and the header's `XLA_FFI_API_MINOR`.
+struct Header {
+    include: PathBuf,
+    minor: i32,
+}
+
+fn header_minor(include: &Path) -> i32 {
+    let path = include.join("xla/ffi/api/c_api.h");
+    let text = std::fs::read_to_string(&path).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("#define XLA_FFI_API_MINOR "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{} defines no XLA_FFI_API_MINOR", path.display()))
+}
+
+/// Every distinct `c_api.h` to check, oldest first: the directories in `FERRAX_XLA_FFI_INCLUDE`
+/// (`:`-separated), those `scripts/xla-ffi-headers` put under `target/xla-ffi-headers/` (one
+/// per supported jaxlib), and the installed jaxlibs' (`FERRAX_PYTHON`, `.venvs/*`, `python3`).
+/// In CI every API version from `XLA_FFI_API_MINOR_OLDEST` to `XLA_FFI_API_MINOR` must be
+/// among them; elsewhere a missing one is said and skipped.
+fn headers() -> &'static [Header] {
+    static HEADERS: OnceLock<Vec<Header>> = OnceLock::new();
+    HEADERS.get_or_init(|| {
         let has_header = |dir: &Path| dir.join("xla/ffi/api/c_api.h").is_file();
-        if let Some(dir) = std::env::var_os("FERRAX_XLA_FFI_INCLUDE").map(PathBuf::from) {
-            assert!(
-                has_header(&dir),
-                "FERRAX_XLA_FFI_INCLUDE={dir:?} has no xla/ffi/api/c_api.h"
-            );
-            return Some(dir);
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        if let Some(list) = std::env::var_os("FERRAX_XLA_FFI_INCLUDE") {
+            for dir in std::env::split_paths(&list) {
+                assert!(has_header(&dir), "FERRAX_XLA_FFI_INCLUDE: {dir:?} has no xla/ffi/api/c_api.h");
+                dirs.push(dir);
+            }
         }
-        let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        if let Ok(entries) = std::fs::read_dir(root.join("target/xla-ffi-headers")) {
+            let mut found: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+            found.sort();
+            dirs.extend(found.into_iter().filter(|dir| has_header(dir)));
+        }
+        let mut venvs: Vec<std::ffi::OsString> = std::fs::read_dir(root.join(".venvs"))
+            .map(|entries| entries.flatten().map(|e| e.path().join("bin/python").into()).collect())
+            .unwrap_or_default();
+        venvs.sort();
         let pythons = std::env::var_os("FERRAX_PYTHON")
             .into_iter()
-            .chain([venv.into(), "python3".into()]);
-        let found = pythons
-            .filter_map(|python| {
-                let out = Command::new(python)
-                    .args(["-c", "import jax.ffi; print(jax.ffi.include_dir())"])
-                    .output()
-                    .ok()?;
-                out.status
-                    .success()
-                    .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-            })
-            .find(|dir| has_header(dir));
-        if found.is_none() {
-            let why = "no xla/ffi/api/c_api.h: set FERRAX_XLA_FFI_INCLUDE, or FERRAX_PYTHON to a \
-                       Python with jax installed";
+            .chain(venvs)
+            .chain(["python3".into()]);
+        dirs.extend(
+            pythons
+                .filter_map(|python| {
+                    let out = Command::new(python)
+                        .args(["-c", "import jax.ffi; print(jax.ffi.include_dir())"])
+                        .output()
+                        .ok()?;
+                    out.status
+                        .success()
+                        .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+                })
+                .filter(|dir| has_header(dir)),
+        );
+        // The same header reached twice (a venv's jaxlib and its copy) is checked once.
+        let mut texts = Vec::new();
+        let mut headers = Vec::new();
+        for include in dirs {
+            let text = std::fs::read(include.join("xla/ffi/api/c_api.h")).unwrap();
+            if !texts.contains(&text) {
+                texts.push(text);
+                headers.push(Header { minor: header_minor(&include), include });
+            }
+        }
+        headers.sort_by_key(|h| h.minor);
+        let missing: Vec<i32> = (sys::XLA_FFI_API_MINOR_OLDEST..=sys::XLA_FFI_API_MINOR)
+            .filter(|minor| !headers.iter().any(|h| h.minor == *minor))
+            .collect();
+        if !missing.is_empty() {
+            let why = format!(
+                "no c_api.h of API {}: run scripts/xla-ffi-headers, or set FERRAX_XLA_FFI_INCLUDE",
+                missing.iter().map(|m| format!("0.{m}")).collect::<Vec<_>>().join(", ")
+            );
             assert!(std::env::var_os("CI").is_none(), "{why}");
             // Straight to stderr: the test harness would capture `eprintln!` of a passing test.
-            let _ = writeln!(std::io::stderr(), "\n*** c_layout skipped: {why} ***\n");
+            let _ = writeln!(std::io::stderr(), "\n*** c_layout: {why} ***\n");
         }
-        found
+        headers
     })
-    .as_deref()
 }
 
 /// Compiles and runs a C program that prints every `c_expr`, and returns the expectations whose
@@ -395,32 +471,47 @@ fn mismatches(include: &Path, name: &str, expects: &[Expect]) -> Vec<Mismatch> {
 }
 
 #[test]
-fn sys_matches_c_api_header() {
-    let Some(include) = include_dir() else { return };
-    let spec = spec();
-    let missing = uncovered(&spec.covered);
+fn sys_matches_every_c_api_header() {
+    let missing = uncovered(&spec(sys::XLA_FFI_API_MINOR).covered);
     assert!(
         missing.is_empty(),
         "sys.rs items not in tests/c_layout.rs: {missing:?}"
     );
-
-    let found = mismatches(include, "sys", &spec.expects);
-    let report: Vec<String> = found.iter().map(ToString::to_string).collect();
-    assert!(
-        found.is_empty(),
-        "{} of {} values differ between src/ffi/sys.rs and {}/xla/ffi/api/c_api.h:\n  {}",
-        found.len(),
-        spec.expects.len(),
-        include.display(),
-        report.join("\n  ")
-    );
+    let mut reports = Vec::new();
+    for header in headers() {
+        let path = header.include.join("xla/ffi/api/c_api.h");
+        if header.minor > sys::XLA_FFI_API_MINOR {
+            // It still works at run time (the handshake reports 0.5); the mirror lags behind.
+            reports.push(format!(
+                "{} is API 0.{}, newer than src/ffi/sys.rs (0.{}): extend the mirror",
+                path.display(),
+                header.minor,
+                sys::XLA_FFI_API_MINOR
+            ));
+            continue;
+        }
+        let spec = spec(header.minor);
+        let found = mismatches(&header.include, &format!("sys-0.{}", header.minor), &spec.expects);
+        if !found.is_empty() {
+            let lines: Vec<String> = found.iter().map(ToString::to_string).collect();
+            reports.push(format!(
+                "{} of {} values differ between src/ffi/sys.rs and {} (API 0.{}):\n  {}",
+                found.len(),
+                spec.expects.len(),
+                path.display(),
+                header.minor,
+                lines.join("\n  ")
+            ));
+        }
+    }
+    assert!(reports.is_empty(), "{}", reports.join("\n"));
 }
 
 /// The check must be able to fail: of a right and a wrong claim (dims at 48 instead of 40 on
 /// 64-bit targets), exactly the wrong one is reported, with both values.
 #[test]
 fn wrong_expectation_is_reported() {
-    let Some(include) = include_dir() else { return };
+    let Some(Header { include, .. }) = headers().first() else { return };
     let dims = offset_of!(sys::XLA_FFI_Buffer, dims);
     let mut spec = Spec::default();
     spec.push(

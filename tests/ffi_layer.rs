@@ -83,7 +83,18 @@ unsafe extern "C" fn error_create(args: *mut XLA_FFI_Error_Create_Args) -> *mut 
     new_error(args.errc, &CStr::from_ptr(args.message).to_string_lossy())
 }
 
-unsafe extern "C" fn error_get_message(args: *mut XLA_FFI_Error_GetMessage_Args) {
+/// `Error_GetDetails` of API 0.4 and later: message and code, the code only into a struct
+/// large enough for it.
+unsafe extern "C" fn error_get_details(args: *mut XLA_FFI_Error_GetDetails_Args) {
+    let error = &*(*args).error.cast::<FakeError>();
+    (*args).message = error.message.as_ptr();
+    if (*args).struct_size >= XLA_FFI_Error_GetDetails_Args_STRUCT_SIZE {
+        (*args).errc = error.code;
+    }
+}
+
+/// `Error_GetMessage` of API 0.3, in the same slot: the message only.
+unsafe extern "C" fn error_get_message_v03(args: *mut XLA_FFI_Error_GetDetails_Args) {
     (*args).message = (*(*args).error.cast::<FakeError>()).message.as_ptr();
 }
 
@@ -192,8 +203,8 @@ impl FakeCtx {
         }
     }
 
-    fn raw(&self) -> *mut XLA_FFI_ExecutionContext {
-        self as *const FakeCtx as *mut XLA_FFI_ExecutionContext
+    fn raw(&self) -> *mut XLA_FFI_InvokeContext {
+        self as *const FakeCtx as *mut XLA_FFI_InvokeContext
     }
 
     fn problem(&self, message: String) {
@@ -219,7 +230,7 @@ impl FakeCtx {
     }
 }
 
-unsafe fn fake_ctx<'a>(ctx: *mut XLA_FFI_ExecutionContext) -> &'a FakeCtx {
+unsafe fn fake_ctx<'a>(ctx: *mut XLA_FFI_InvokeContext) -> &'a FakeCtx {
     &*(ctx as *const FakeCtx)
 }
 
@@ -343,12 +354,12 @@ fn fake_api() -> XLA_FFI_Api {
         },
         internal_api: ptr::null(),
         XLA_FFI_Error_Create: Some(error_create),
-        XLA_FFI_Error_GetMessage: Some(error_get_message),
+        XLA_FFI_Error_GetDetails: Some(error_get_details),
         XLA_FFI_Error_Destroy: Some(error_destroy),
         XLA_FFI_Handler_Register: None,
         XLA_FFI_Stream_Get: Some(stream_get),
         XLA_FFI_Type_Register: None,
-        XLA_FFI_ExecutionContext_Get: None,
+        XLA_FFI_InvokeContext_Get: None,
         XLA_FFI_State_Set: None,
         XLA_FFI_State_Get: None,
         XLA_FFI_DeviceMemory_Allocate: Some(memory_allocate),
@@ -360,6 +371,23 @@ fn fake_api() -> XLA_FFI_Api {
         XLA_FFI_Future_SetError: None,
         XLA_FFI_RunId_Get: Some(run_id_get),
         XLA_FFI_DeviceOrdinal_Get: Some(device_ordinal_get),
+        XLA_FFI_InvokeContext_FindExtension: None,
+        XLA_FFI_CustomOptions_Get: None,
+    }
+}
+
+/// The API table of a 0.3 runtime (jaxlib 0.10): it ends after `DeviceOrdinal_Get`, and its
+/// error accessor reports no code. The slots past its end are filled with what a newer table
+/// would hold, so that reading them would show.
+fn fake_api_v03() -> XLA_FFI_Api {
+    XLA_FFI_Api {
+        struct_size: std::mem::offset_of!(XLA_FFI_Api, XLA_FFI_InvokeContext_FindExtension),
+        api_version: XLA_FFI_Api_Version {
+            minor_version: 3,
+            ..fake_api().api_version
+        },
+        XLA_FFI_Error_GetDetails: Some(error_get_message_v03),
+        ..fake_api()
     }
 }
 
@@ -567,6 +595,7 @@ struct Frame<'c> {
     attrs: Vec<(String, AttrValue)>,
     stage: i32,
     struct_size: usize,
+    api: fn() -> XLA_FFI_Api,
 }
 
 impl<'c> Frame<'c> {
@@ -578,7 +607,13 @@ impl<'c> Frame<'c> {
             attrs: Vec::new(),
             stage: XLA_FFI_ExecutionStage_EXECUTE,
             struct_size: std::mem::size_of::<XLA_FFI_CallFrame>(),
+            api: fake_api,
         }
+    }
+    /// Serves this API table instead of the newest one.
+    fn api(mut self, api: fn() -> XLA_FFI_Api) -> Self {
+        self.api = api;
+        self
     }
     fn arg(mut self, buffer: Buf) -> Self {
         self.args.push(buffer);
@@ -611,7 +646,7 @@ impl<'c> Frame<'c> {
     /// error it got from the fake API and freed all scratch memory.
     fn call(&mut self, handler: XLA_FFI_Handler) -> std::result::Result<(), FfiError> {
         let mut arena = Arena::default();
-        let api = arena.keep(fake_api());
+        let api = arena.keep((self.api)());
         let (arg_count, arg_types, args) = arena.buffers(&mut self.args);
         let (ret_count, ret_types, rets) = arena.buffers(&mut self.rets);
         let mut frame = XLA_FFI_CallFrame {
@@ -931,6 +966,58 @@ fn scratch_body(
 // 1. Metadata handshake
 // ---------------------------------------------------------------------------------------------
 
+/// Calls `handler` with a metadata request whose frame carries `api` (XLA 0.10 sends none) and
+/// garbage everywhere else, and returns the metadata it wrote.
+fn metadata_answer(handler: XLA_FFI_Handler, api: *const XLA_FFI_Api) -> XLA_FFI_Metadata {
+    // SAFETY: all-zero is a valid bit pattern for these C structs; then garbage on purpose.
+    let mut metadata: XLA_FFI_Metadata = unsafe { std::mem::zeroed() };
+    unsafe {
+        ptr::write_bytes(
+            &mut metadata as *mut XLA_FFI_Metadata as *mut u8,
+            0xAB,
+            std::mem::size_of::<XLA_FFI_Metadata>(),
+        )
+    };
+    metadata.struct_size = XLA_FFI_Metadata_STRUCT_SIZE;
+    let mut extension = XLA_FFI_Metadata_Extension {
+        extension_base: XLA_FFI_InternalExtension {
+            struct_size: XLA_FFI_Metadata_Extension_STRUCT_SIZE,
+            type_: XLA_FFI_Extension_Metadata,
+            next: ptr::null_mut(),
+        },
+        metadata: &mut metadata,
+    };
+    let garbage = 0x8 as *mut c_void; // any dereference of this crashes the test
+    let mut frame: XLA_FFI_CallFrame = unsafe { std::mem::zeroed() };
+    frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
+    frame.extension_start = (&mut extension as *mut XLA_FFI_Metadata_Extension).cast();
+    frame.api = api;
+    frame.ctx = garbage.cast();
+    frame.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
+    frame.args.size = 5;
+    frame.args.types = garbage.cast();
+    frame.args.args = garbage.cast();
+    frame.rets.size = 3;
+    frame.rets.types = ptr::null_mut();
+    frame.rets.rets = ptr::null_mut();
+    frame.attrs.size = 2;
+    frame.attrs.names = garbage.cast();
+
+    // SAFETY: the handler must only touch the metadata extension (and `api`'s version).
+    let error = unsafe { handler(&mut frame) };
+    assert!(error.is_null());
+    assert_eq!(
+        metadata.api_version.struct_size,
+        XLA_FFI_Api_Version_STRUCT_SIZE
+    );
+    assert!(metadata.api_version.extension_start.is_null());
+    assert_eq!(
+        metadata.struct_size, XLA_FFI_Metadata_STRUCT_SIZE,
+        "struct_size is XLA's to set"
+    );
+    metadata
+}
+
 #[test]
 fn metadata_handshake_answers_without_touching_the_rest_of_the_frame() {
     let handlers: [(XLA_FFI_Handler, u32); 4] = [
@@ -943,65 +1030,82 @@ fn metadata_handshake_answers_without_touching_the_rest_of_the_frame() {
         (ferrax::ops::getrf::cpu::ferrax_cpu_getrf, 0),
     ];
     for (handler, traits) in handlers {
-        // SAFETY: all-zero is a valid bit pattern for these C structs; then garbage on purpose.
-        let mut metadata: XLA_FFI_Metadata = unsafe { std::mem::zeroed() };
-        unsafe {
-            ptr::write_bytes(
-                &mut metadata as *mut XLA_FFI_Metadata as *mut u8,
-                0xAB,
-                std::mem::size_of::<XLA_FFI_Metadata>(),
-            )
-        };
-        metadata.struct_size = XLA_FFI_Metadata_STRUCT_SIZE;
-        let mut extension = XLA_FFI_Metadata_Extension {
-            extension_base: XLA_FFI_Extension_Base {
-                struct_size: XLA_FFI_Metadata_Extension_STRUCT_SIZE,
-                type_: XLA_FFI_Extension_Metadata,
-                next: ptr::null_mut(),
-            },
-            metadata: &mut metadata,
-        };
-        let garbage = 0x8 as *mut c_void; // any dereference of this crashes the test
-        let mut frame: XLA_FFI_CallFrame = unsafe { std::mem::zeroed() };
-        frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
-        frame.extension_start = (&mut extension as *mut XLA_FFI_Metadata_Extension).cast();
-        frame.api = ptr::null();
-        frame.ctx = garbage.cast();
-        frame.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
-        frame.args.size = 5;
-        frame.args.types = garbage.cast();
-        frame.args.args = garbage.cast();
-        frame.rets.size = 3;
-        frame.rets.types = ptr::null_mut();
-        frame.rets.rets = ptr::null_mut();
-        frame.attrs.size = 2;
-        frame.attrs.names = garbage.cast();
-
-        // SAFETY: the handler must only touch the metadata extension.
-        let error = unsafe { handler(&mut frame) };
-        assert!(error.is_null());
-        assert_eq!(
-            metadata.api_version.struct_size,
-            XLA_FFI_Api_Version_STRUCT_SIZE
-        );
-        assert!(metadata.api_version.extension_start.is_null());
-        assert_eq!(
-            (
-                metadata.api_version.major_version,
-                metadata.api_version.minor_version
-            ),
-            (0, 3)
-        );
+        let metadata = metadata_answer(handler, ptr::null());
+        let version = metadata.api_version;
+        assert_eq!((version.major_version, version.minor_version), (0, 3));
         assert_eq!(metadata.traits, traits);
         assert_eq!(metadata.state_type_id.type_id, 0);
-        assert_eq!(
-            metadata.struct_size, XLA_FFI_Metadata_STRUCT_SIZE,
-            "struct_size is XLA's to set"
-        );
 
         // A null frame is ignored, not dereferenced.
         assert!(unsafe { handler(ptr::null_mut()) }.is_null());
     }
+}
+
+/// XLA registers a handler whose version lies between its oldest supported and its own: the
+/// handler reports the runtime's version within 0.3..=0.5, the mirror's range, so that jaxlib
+/// 0.10 (0.3), 0.11 (0.4), 0.12 (0.5) and a newer one all accept it, and one older than 0.3
+/// refuses it with both versions named instead of running it on a layout it lacks.
+#[test]
+fn metadata_handshake_negotiates_the_api_version() {
+    let cases = [
+        ((0, 2), (0, 3)),
+        ((0, 3), (0, 3)),
+        ((0, 4), (0, 4)),
+        ((0, 5), (0, 5)),
+        ((0, 6), (0, 5)),
+        ((1, 0), (0, 5)),
+    ];
+    for (runtime, reported) in cases {
+        let mut api = fake_api();
+        api.api_version.major_version = runtime.0;
+        api.api_version.minor_version = runtime.1;
+        let version = metadata_answer(test_decode, &api).api_version;
+        assert_eq!(
+            (version.major_version, version.minor_version),
+            reported,
+            "runtime {runtime:?}"
+        );
+    }
+}
+
+/// Against a 0.3 table the layer reads no slot past its `struct_size` and gets no error code
+/// from XLA; against the newest, XLA's code (RESOURCE_EXHAUSTED for an allocation it cannot
+/// meet) reaches the caller.
+#[test]
+fn older_api_tables_are_read_within_their_size() {
+    let ctx = FakeCtx::new(PoolMode::NoPool);
+    let impossible = || {
+        Frame::new(&ctx)
+            .attr("sizes", array(&[1i64 << 50]))
+            .attr("alignments", array(&[8i64]))
+    };
+    assert_error(
+        impossible().call(test_scratch),
+        8,
+        &["test_scratch: ", "out of memory"],
+    );
+    assert_error(
+        impossible().api(fake_api_v03).call(test_scratch),
+        FAILED_PRECONDITION,
+        &["test_scratch: ", "out of memory"],
+    );
+    // A table that ends before `RunId_Get` has neither it nor `DeviceOrdinal_Get`, whatever
+    // the memory past its end holds.
+    fn api_v01() -> XLA_FFI_Api {
+        XLA_FFI_Api {
+            struct_size: std::mem::offset_of!(XLA_FFI_Api, XLA_FFI_RunId_Get),
+            ..fake_api_v03()
+        }
+    }
+    assert_error(
+        decode_frame(&ctx).api(api_v01).call(test_decode),
+        12,
+        &["test_decode: ", "XLA does not provide"],
+    );
+    decode_frame(&ctx)
+        .api(fake_api_v03)
+        .call(test_decode)
+        .expect("a 0.3 table has every function ferrax uses");
 }
 
 // ---------------------------------------------------------------------------------------------

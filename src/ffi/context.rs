@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use super::handler::CallFrame;
 use super::sys::*;
+use super::sys::api_fn;
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::ptr;
@@ -35,7 +36,7 @@ impl FromContext<'_> for Stream {
             ctx: call.raw_ctx(),
             stream: ptr::null_mut(),
         };
-        call.api_call("stream", call.api().XLA_FFI_Stream_Get, &mut args)?;
+        call.api_call("stream", api_fn!(call.api(), XLA_FFI_Stream_Get), &mut args)?;
         Ok(Stream(args.stream))
     }
 }
@@ -53,7 +54,7 @@ impl FromContext<'_> for DeviceOrdinal {
         };
         call.api_call(
             "device ordinal",
-            call.api().XLA_FFI_DeviceOrdinal_Get,
+            api_fn!(call.api(), XLA_FFI_DeviceOrdinal_Get),
             &mut args,
         )?;
         Ok(DeviceOrdinal(args.device_ordinal))
@@ -71,7 +72,7 @@ impl FromContext<'_> for RunId {
             ctx: call.raw_ctx(),
             run_id: 0,
         };
-        call.api_call("run id", call.api().XLA_FFI_RunId_Get, &mut args)?;
+        call.api_call("run id", api_fn!(call.api(), XLA_FFI_RunId_Get), &mut args)?;
         Ok(RunId(args.run_id))
     }
 }
@@ -111,7 +112,7 @@ impl ScratchAllocator<'_> {
         };
         self.call.api_call(
             "device memory allocation",
-            self.call.api().XLA_FFI_DeviceMemory_Allocate,
+            api_fn!(self.call.api(), XLA_FFI_DeviceMemory_Allocate),
             &mut args,
         )?;
         if args.data.is_null() && size > 0 {
@@ -139,7 +140,7 @@ impl Drop for ScratchAllocator<'_> {
             // the execution's allocations.
             let _ = self.call.api_call(
                 "device memory free",
-                self.call.api().XLA_FFI_DeviceMemory_Free,
+                api_fn!(self.call.api(), XLA_FFI_DeviceMemory_Free),
                 &mut args,
             );
         }
@@ -171,7 +172,7 @@ impl ThreadPool<'_> {
         };
         match self.call.api_call(
             "thread pool size",
-            self.call.api().XLA_FFI_ThreadPool_NumThreads,
+            api_fn!(self.call.api(), XLA_FFI_ThreadPool_NumThreads),
             &mut args,
         ) {
             Ok(()) if n > 0 => n as usize,
@@ -196,7 +197,7 @@ impl crate::linalg::parallel::Pool for ThreadPool<'_> {
         self.call
             .api_call(
                 "thread pool schedule",
-                self.call.api().XLA_FFI_ThreadPool_Schedule,
+                api_fn!(self.call.api(), XLA_FFI_ThreadPool_Schedule),
                 &mut args,
             )
             .is_ok()

@@ -6,6 +6,7 @@ use super::buffer::{Array, Buffer, Matrices, Operand};
 use super::dtype::NativeType;
 use crate::error::{Error, ErrorCode, Result};
 use super::sys::*;
+use super::sys::api_fn;
 use std::ffi::CString;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -36,7 +37,7 @@ impl<'a> CallFrame<'a> {
     pub fn api(&self) -> &'a XLA_FFI_Api {
         self.api
     }
-    pub fn raw_ctx(&self) -> *mut XLA_FFI_ExecutionContext {
+    pub fn raw_ctx(&self) -> *mut XLA_FFI_InvokeContext {
         self.frame.ctx
     }
     pub fn raw_stage(&self) -> i32 {
@@ -100,7 +101,8 @@ impl<'a> CallFrame<'a> {
         self.attrs().decode(name).map_err(Error::invalid_argument)
     }
 
-    /// Calls an XLA API function and converts its error (which we own) into ours.
+    /// Calls an XLA API function and converts its error (which we own) into ours, keeping
+    /// XLA's error code where this crate has it.
     pub(crate) fn api_call<A>(
         &self,
         what: &str,
@@ -114,42 +116,32 @@ impl<'a> CallFrame<'a> {
         if error.is_null() {
             return Ok(());
         }
-        let message = unsafe { take_error_message(self.api, error) };
-        Err(Error::new(
-            ErrorCode::FailedPrecondition,
-            format!("{what}: {message}"),
-        ))
+        let (code, message) = unsafe { take_error(self.api, error) };
+        let code = ErrorCode::from_raw(code).unwrap_or(ErrorCode::FailedPrecondition);
+        Err(Error::new(code, format!("{what}: {message}")))
     }
 }
 
-/// Reads and destroys an error returned by XLA.
-unsafe fn take_error_message(api: &XLA_FFI_Api, error: *mut XLA_FFI_Error) -> String {
+/// Reads and destroys an error returned by XLA: its code (FAILED_PRECONDITION from a runtime
+/// older than 0.4, which does not report it) and message.
+unsafe fn take_error(api: &XLA_FFI_Api, error: *mut XLA_FFI_Error) -> (i32, String) {
+    let mut details = XLA_FFI_Error_GetDetails_Args {
+        struct_size: XLA_FFI_Error_GetDetails_Args_STRUCT_SIZE,
+        extension_start: ptr::null_mut(),
+        error,
+        message: ptr::null(),
+        errc: ErrorCode::FailedPrecondition as i32,
+    };
     let mut message = String::from("(no message)");
-    if let Some(get) = api.XLA_FFI_Error_GetMessage {
-        // API 0.4's Error_GetDetails has the same leading fields and appends an error code:
-        // room for it follows, in case a runtime writes it whatever struct_size says.
-        #[repr(C)]
-        struct WithRoom {
-            args: XLA_FFI_Error_GetMessage_Args,
-            _error_code: u64,
-        }
-        let mut call = WithRoom {
-            args: XLA_FFI_Error_GetMessage_Args {
-                struct_size: XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE,
-                extension_start: ptr::null_mut(),
-                error,
-                message: ptr::null(),
-            },
-            _error_code: 0,
-        };
-        get(&mut call.args);
-        if !call.args.message.is_null() {
-            message = std::ffi::CStr::from_ptr(call.args.message)
+    if let Some(get) = api_fn!(api, XLA_FFI_Error_GetDetails) {
+        get(&mut details);
+        if !details.message.is_null() {
+            message = std::ffi::CStr::from_ptr(details.message)
                 .to_string_lossy()
                 .into_owned();
         }
     }
-    if let Some(destroy) = api.XLA_FFI_Error_Destroy {
+    if let Some(destroy) = api_fn!(api, XLA_FFI_Error_Destroy) {
         let mut args = XLA_FFI_Error_Destroy_Args {
             struct_size: XLA_FFI_Error_Destroy_Args_STRUCT_SIZE,
             extension_start: ptr::null_mut(),
@@ -157,11 +149,12 @@ unsafe fn take_error_message(api: &XLA_FFI_Api, error: *mut XLA_FFI_Error) -> St
         };
         destroy(&mut args);
     }
-    message
+    (details.errc, message)
 }
 
-/// Answers XLA's registration-time metadata request, if this call is one. Must not touch
-/// `api`, `ctx` or the operands: older XLA passes a null `api` here.
+/// Answers XLA's registration-time metadata request, if this call is one, with the
+/// negotiated API version. Must not touch `ctx` or the operands, and `api` only if not null
+/// (older XLA passes a null `api` here).
 unsafe fn answer_metadata(frame: &XLA_FFI_CallFrame, traits: XLA_FFI_Handler_Traits) -> bool {
     let extension = frame.extension_start;
     if extension.is_null() || (*extension).type_ != XLA_FFI_Extension_Metadata {
@@ -169,11 +162,12 @@ unsafe fn answer_metadata(frame: &XLA_FFI_CallFrame, traits: XLA_FFI_Handler_Tra
     }
     let metadata = (*(extension as *mut XLA_FFI_Metadata_Extension)).metadata;
     if !metadata.is_null() {
+        let (major_version, minor_version) = negotiated_version(frame.api.as_ref());
         (*metadata).api_version = XLA_FFI_Api_Version {
             struct_size: XLA_FFI_Api_Version_STRUCT_SIZE,
             extension_start: ptr::null_mut(),
-            major_version: XLA_FFI_API_MAJOR,
-            minor_version: XLA_FFI_API_MINOR,
+            major_version,
+            minor_version,
         };
         (*metadata).traits = traits;
         (*metadata).state_type_id = XLA_FFI_TypeId { type_id: 0 };
@@ -182,7 +176,7 @@ unsafe fn answer_metadata(frame: &XLA_FFI_CallFrame, traits: XLA_FFI_Handler_Tra
 }
 
 fn create_error(api: &XLA_FFI_Api, error: &Error) -> *mut XLA_FFI_Error {
-    let Some(create) = api.XLA_FFI_Error_Create else {
+    let Some(create) = api_fn!(api, XLA_FFI_Error_Create) else {
         return ptr::null_mut();
     };
     let message = CString::new(error.message.replace('\0', " ")).unwrap_or_default();
@@ -199,7 +193,7 @@ fn create_error(api: &XLA_FFI_Api, error: &Error) -> *mut XLA_FFI_Error {
 fn check_frame(frame: &XLA_FFI_CallFrame, signature: &Signature) -> Result<()> {
     if frame.struct_size < XLA_FFI_CallFrame_STRUCT_SIZE {
         return Err(Error::internal(format!(
-            "call frame of {} bytes is older than API {XLA_FFI_API_MAJOR}.{XLA_FFI_API_MINOR} ({XLA_FFI_CallFrame_STRUCT_SIZE} bytes)",
+            "call frame of {} bytes is older than API {XLA_FFI_API_MAJOR}.{XLA_FFI_API_MINOR_OLDEST} ({XLA_FFI_CallFrame_STRUCT_SIZE} bytes)",
             frame.struct_size
         )));
     }

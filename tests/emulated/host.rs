@@ -243,7 +243,7 @@ unsafe extern "C" fn error_create(args: *mut XLA_FFI_Error_Create_Args) -> *mut 
     Box::into_raw(Box::new(message)).cast()
 }
 
-unsafe extern "C" fn error_message(args: *mut XLA_FFI_Error_GetMessage_Args) {
+unsafe extern "C" fn error_message(args: *mut XLA_FFI_Error_GetDetails_Args) {
     (*args).message = (*(*args).error.cast::<CString>()).as_ptr();
 }
 
@@ -281,12 +281,12 @@ fn api() -> XLA_FFI_Api {
         },
         internal_api: ptr::null(),
         XLA_FFI_Error_Create: Some(error_create),
-        XLA_FFI_Error_GetMessage: Some(error_message),
+        XLA_FFI_Error_GetDetails: Some(error_message),
         XLA_FFI_Error_Destroy: Some(error_destroy),
         XLA_FFI_Handler_Register: None,
         XLA_FFI_Stream_Get: Some(stream_get),
         XLA_FFI_Type_Register: None,
-        XLA_FFI_ExecutionContext_Get: None,
+        XLA_FFI_InvokeContext_Get: None,
         XLA_FFI_State_Set: None,
         XLA_FFI_State_Get: None,
         XLA_FFI_DeviceMemory_Allocate: Some(allocate),
@@ -298,6 +298,8 @@ fn api() -> XLA_FFI_Api {
         XLA_FFI_Future_SetError: None,
         XLA_FFI_RunId_Get: None,
         XLA_FFI_DeviceOrdinal_Get: None,
+        XLA_FFI_InvokeContext_FindExtension: None,
+        XLA_FFI_CustomOptions_Get: None,
     }
 }
 
