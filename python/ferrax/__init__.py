@@ -3,15 +3,18 @@
 ``import ferrax`` registers the handlers with XLA. ``ferrax.install()`` then routes jax's own
 primitives (LU, pivots to permutation, Threefry) to ferrax, so unmodified ``jnp.linalg``,
 ``jax.scipy.linalg`` and ``jax.random`` code runs on ferrax; ``ferrax.uninstall()`` undoes it.
-``ferrax.linalg`` and ``ferrax.random`` call the kernels explicitly.
+``ferrax.linalg`` and ``ferrax.random`` call the kernels explicitly. ``jax.export.export``
+lowers installed code as stock jax does (an artifact that needs no ferrax);
+``ferrax.export`` exports with ferrax's targets.
 """
 
 from ferrax._install import install, installed, uninstall
 from ferrax._registry import export_disabled_checks, register, target_names
+from ferrax._export import NeedsFerrax, export
 from ferrax import linalg, random
 
 __version__ = "0.1.0"
 __all__ = ["register", "install", "uninstall", "installed", "target_names",
-           "export_disabled_checks", "linalg", "random"]
+           "export_disabled_checks", "export", "NeedsFerrax", "linalg", "random"]
 
 register()

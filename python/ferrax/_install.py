@@ -20,6 +20,12 @@ code runs on ferrax. Three tables say everything install() does:
   takes ``tril`` outside its primitive; the sparse rule the BCSR lowering looks up) and a
   batching rule.
 
+Every rule install() places lowers by jax's own rule when lowering for a plain
+``jax.export.export`` (``_export``): the rows' rules, jax's other CPU linalg rules (wrapped so
+that ``prepare_lapack_call`` keeps jaxlib's names for them), the sparse rule; the module
+attributes bind ferrax primitives whose rules do the same (ferrax's ``cholesky_p``: jax's
+steps). ``ferrax.export`` is the opt-in to ferrax's rules in an export.
+
 Target names and the kernels' own limits come from libferrax (``_targets``).
 """
 
@@ -44,7 +50,7 @@ from jax._src.random import threefry2x32 as jax_threefry
 # which must already be in place when install() saves the rules it replaces.
 from jax.experimental.sparse import _lowerings as sparse_lowerings
 
-from ferrax import _primitives, _rules, _targets as T, linalg
+from ferrax import _export, _primitives, _rules, _targets as T, linalg
 from ferrax._registry import register
 
 #: jaxlib's LAPACK function base name -> the ferrax target with the same contract (jax names
@@ -62,6 +68,8 @@ _jaxlib_prepare_lapack_call = jaxlib_lapack.prepare_lapack_call
 def _prepare_lapack_call(fn_base, dtype):
     # jaxlib's version validates the dtype (and initializes its own LAPACK table).
     jaxlib_target = _jaxlib_prepare_lapack_call(fn_base, dtype)
+    if _export.lapack_names_stock():  # a plain export: jaxlib's (export-stable) name
+        return jaxlib_target
     return _LAPACK_TARGETS.get(fn_base, jaxlib_target)
 
 
@@ -176,15 +184,15 @@ del L, P, R, S
 
 
 def _rule(route):
-    """``route``'s lowering rule: its ferrax rule where its condition holds, else jax's."""
-    if route.when is ALWAYS:
-        return route.ferrax
-    jax_entry = (mlir._platform_specific_lowerings[route.platform].get(route.primitive)
-                 or mlir._lowerings[route.primitive])
+    """``route``'s lowering rule: its ferrax rule where its condition holds, else jax's; jax's
+    too when lowering for a plain ``jax.export`` (``_export``)."""
+    jax_rule = (mlir._platform_specific_lowerings[route.platform].get(route.primitive)
+                or mlir._lowerings[route.primitive]).rule
 
     def rule(ctx, *args, **params):
-        chosen = route.ferrax if route.when(ctx, **params) else jax_entry.rule
-        return chosen(ctx, *args, **params)
+        with _export.lowering(ctx) as stock:
+            ferrax = not stock and (route.when is ALWAYS or route.when(ctx, **params))
+            return (route.ferrax if ferrax else jax_rule)(ctx, *args, **params)
 
     return rule
 
@@ -247,14 +255,31 @@ def _attribute(owner, name: str, new) -> Patch:
     return Patch(lambda: getattr(owner, name, _ABSENT), set_, new)
 
 
+def _lapack_names_rules() -> list[Patch]:
+    """jax's other CPU linalg rules, each as it is, but telling ``_prepare_lapack_call``
+    whether it lowers for a plain export (which keeps jaxlib's names). Every jax rule that
+    names a LAPACK target is a CPU rule of a ``jax._src.lax.linalg`` primitive."""
+    routed = {route.primitive for route in ROUTES if route.platform == "cpu"}
+    cpu = mlir._platform_specific_lowerings["cpu"]
+    primitives = [p for p in vars(lax_linalg).values()
+                  if isinstance(p, core.Primitive) and p in cpu and p not in routed]
+    return [_item(cpu, p, mlir.LoweringRuleEntry(
+        _export.stock_when_exporting(cpu[p].rule, cpu[p].rule), cpu[p].inline))
+        for p in primitives]
+
+
+_jax_csr_spmm_cpu = sparse_lowerings._csr_spmm_cpu_lowering
+
 _PATCHES = [
     _attribute(jaxlib_lapack, "prepare_lapack_call", _prepare_lapack_call),
+    *_lapack_names_rules(),
     # The routing table's rows (but ferrax's own primitive's, in place since import).
     *(_item(mlir._platform_specific_lowerings[route.platform], route.primitive,
             mlir.LoweringRuleEntry(rule, True))
       for route, rule in _RULES if not route.on_import),
     # The BCSR dot_general lowering looks jax's CPU sparse rule up through its module.
-    _attribute(sparse_lowerings, "_csr_spmm_cpu_lowering", _rules.csr_spmm),
+    _attribute(sparse_lowerings, "_csr_spmm_cpu_lowering",
+               _export.stock_when_exporting(_rules.csr_spmm, _jax_csr_spmm_cpu)),
     # jnp.linalg / jax.scipy.linalg call jax's cholesky through its module; its symmetrize
     # and tril are XLA passes outside cholesky_p, which ferrax's does in the call.
     _attribute(lax_linalg, "cholesky", linalg.cholesky),

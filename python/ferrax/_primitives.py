@@ -17,6 +17,7 @@ from jax._src.lax import linalg as lax_linalg
 from jax._src.random import threefry2x32 as jax_threefry
 from jax._src.interpreters import ad, batching, mlir
 
+from ferrax._export import stock_when_exporting
 from ferrax._lowering import batched_ffi_lowering
 from ferrax._targets import (CHOLESKY, CHOLESKY_UPDATE, GETRF, LU_PIVOTS_TO_PERMUTATION, QR,
                              THREEFRY2X32, THREEFRY2X32_BITS)
@@ -166,14 +167,20 @@ def _cholesky_update_reference(r, w):
     return r, jnp.conj(v)
 
 
+_cholesky_update_rotations = mlir.lower_fun(_cholesky_update_reference, multiple_results=True)
+
 #: Rank-1 update of upper Cholesky factors (row-major, as jaxlib's GPU target):
 #: ``(R [..., n, n], w [..., n]) -> (R', w')`` with ``R'ᴴR' = RᴴR + wwᴴ``; ``w'`` is scratch.
-#: The GPU kernel is ferrax's; elsewhere the same rotations in jax.
+#: The GPU kernel is ferrax's; elsewhere the same rotations in jax, and on GPU too for a plain
+#: ``jax.export`` (install() batches jax's cholesky_update with this primitive, and jax has
+#: no batched rule whose export-stable target it could take instead).
 cholesky_update_p = _primitive(
     CHOLESKY_UPDATE, _cholesky_update_abstract_eval,
-    {"cpu": mlir.lower_fun(_cholesky_update_reference, multiple_results=True),
-     "cuda": batched_ffi_lowering(CHOLESKY_UPDATE, num_non_batch_dims=2, column_major=False,
-                                  operand_output_aliases={0: 0, 1: 1})})
+    {"cpu": _cholesky_update_rotations,
+     "cuda": stock_when_exporting(
+         batched_ffi_lowering(CHOLESKY_UPDATE, num_non_batch_dims=2, column_major=False,
+                              operand_output_aliases={0: 0, 1: 1}),
+         _cholesky_update_rotations)})
 
 
 def _qr_abstract_eval(a, *, full_matrices):

@@ -37,8 +37,11 @@ def target_names() -> list[str]:
 
 def export_disabled_checks() -> list:
     """``disabled_checks`` for :func:`jax.export.export` that allow ferrax's targets, which
-    are not in jax's list of export-stable custom calls. The exported module then needs
-    ``import ferrax`` in the process that runs it."""
+    are not in jax's list of export-stable custom calls: for explicit ``ferrax.linalg`` /
+    ``ferrax.random`` calls (installed routes export as jax's whatever the checks). The
+    module then needs ``import ferrax`` where it runs, and without it fails only when
+    compiled (XLA: no FFI handler registered); :func:`ferrax.export` needs no checks and
+    marks its artifacts, which then fail to deserialize without ferrax, saying so."""
     from jax import export
 
     return [export.DisabledSafetyCheck.custom_call(name) for name in target_names()]
