@@ -211,3 +211,38 @@ def assert_valid_lu(a, lu, perm, err_msg=""):
     excess = residual - bound
     assert excess.max(initial=0) <= 0, (err_msg, float(residual.max(initial=0)),
                                         float(bound.max(initial=0)))
+
+
+def assert_valid_cholesky(a, lower, slack=0, err_msg=""):
+    """``lower`` is the Cholesky factor of ``a``, one per batch entry: lower triangular and
+    L L^H = A within Higham's Theorem 10.3, |A - L L^H| <= gamma_{n+1} |L| |L^H| (complex:
+    sqrt(2) gamma_{n+3}), products in extended precision, x2 for the bound's own rounding;
+    plus ``slack`` (elementwise: how far the A the factorization saw may be from ``a``)."""
+    a, lower = np.asarray(a), np.asarray(lower)
+    n = a.shape[-1]
+    np.testing.assert_array_equal(np.triu(lower, 1), 0, err_msg=err_msg)
+    l = extended(lower)
+    lh = np.conj(np.swapaxes(l, -1, -2))
+    factor = np.sqrt(2) * gamma(n + 3, lower.dtype) if lower.dtype.kind == "c" else gamma(
+        n + 1, lower.dtype)
+    bound = 2 * factor * (np.abs(l) @ np.abs(lh)) + slack
+    residual = np.abs(extended(a) - l @ lh)
+    assert (residual <= bound).all(), (err_msg, float((residual - bound).max()))
+
+
+def assert_valid_qr_r(a, r, err_msg=""):
+    """``r`` is the R of a Householder QR of ``a`` (m x n, R's k = min(m, n) rows), one per
+    batch entry: upper triangular and R^H R = A^H A + dA with |dA_ij| <= (2 g + g^2)
+    ||a_i|| ||a_j|| (columns), where A + dA = Q R with ||da_j|| <= g ||a_j||, g = gamma~_{mn}
+    = c m n u (Higham's Theorem 19.4; c = 4 here), Q unitary."""
+    a, r = np.asarray(a), np.asarray(r)
+    *_, m, n = a.shape
+    np.testing.assert_array_equal(np.tril(r, -1), 0, err_msg=err_msg)
+    g = 4 * gamma(m * n, a.dtype)
+    a, r = extended(a), extended(r)
+    columns = np.sqrt(np.sum(np.abs(a) ** 2, axis=-2))
+    bound = (2 * g + g * g) * columns[..., :, None] * columns[..., None, :]
+    ah = np.conj(np.swapaxes(a, -1, -2))
+    rh = np.conj(np.swapaxes(r, -1, -2))
+    residual = np.abs(rh @ r - ah @ a)
+    assert (residual <= bound).all(), (err_msg, float((residual - bound).max()))
