@@ -1,7 +1,8 @@
 """ferrax_csr_sparse_dense (jaxlib's cpu_csr_sparse_dense_ffi contract) through ferrax.install():
 BCSR @ dense against the exact product over the stored entries (extended precision) within the
-inner products' rounding-error bound (integers: exactly, wrapping), stock jax's HLO, jit / vmap / grad, special values, zero sizes, products large enough to
-split across the thread pool, and the raw target (shaped as jaxlib's) and its error messages."""
+inner products' rounding-error bound (integers: exactly, wrapping), the dense product, HLO,
+jit / vmap / grad, special values, zero sizes, products large enough to split across the thread
+pool, and the raw target (shaped as jaxlib's) and its error messages."""
 
 import warnings
 

@@ -12,7 +12,7 @@ from jax._src.lax import linalg as lax_linalg  # geqrf: not exported by jax.lax.
 import ferrax
 from helpers import assert_same, permutation_of_pivots
 
-from test_pivots_threefry import _random_pivots, _reference_permutation
+from test_pivots_threefry import _random_pivots
 
 
 def on(device, fn, *args):
@@ -86,7 +86,7 @@ def test_pivots_match_reference(gpu, batch, k, p, rng):
     got, hlo = on(gpu, lambda x: ferrax.linalg.lu_pivots_to_permutation(x, p), pivots)
     assert "ferrax_lu_pivots_to_permutation" in hlo
     want = (np.asarray(ferrax.linalg.lu_pivots_to_permutation(pivots, p)) if k > 64
-            else _reference_permutation(pivots, p))  # CPU handler where the Python loop is slow
+            else permutation_of_pivots(pivots, p))  # CPU handler where the Python loop is slow
     assert_same(got, want)
 
 
