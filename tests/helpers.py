@@ -85,3 +85,164 @@ def reflector_product(x, taus, lower):
         h = np.eye(n, dtype=x.dtype) - taus[j] * np.outer(v, v.conj())
         q = q @ h if lower else h @ q
     return q
+
+
+# --- error bounds ----------------------------------------------------------------------------
+# References independent of jaxlib's kernels (whose arithmetic changes between releases) and
+# tolerances from the algorithms' rounding-error bounds (Higham, "Accuracy and Stability of
+# Numerical Algorithms", 2nd ed.): u = eps / 2, gamma_k = k u / (1 - k u).
+
+
+def gamma(k, dtype):
+    """gamma_k = k u / (1 - k u) for ``dtype``'s unit roundoff u (complex: its real type's)."""
+    u = float(np.finfo(np.dtype(dtype)).eps) / 2
+    assert k * u < 1
+    return k * u / (1 - k * u)
+
+
+def extended(x):
+    """``x`` in extended precision (x87 long double: 11 bits beyond f64), for references
+    whose own rounding is negligible next to f32's and f64's error bounds."""
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        return x.astype(np.clongdouble)
+    return x.astype(np.longdouble) if x.dtype.kind == "f" else x
+
+
+def sparse_product_bound(dtype, row_entries):
+    """Elementwise bound factor on |fl(A v) - A v| / (|A| |v|) for rows of at most
+    ``row_entries`` stored entries, summed in any order: gamma_k for real inner products
+    (Higham (3.5)), sqrt(2) gamma_{k+2} for complex ones (Higham (3.13)), one more rounding
+    for the result's own, and x2 for the reference's f64 or long double product of |A| |v|."""
+    k = max(int(row_entries), 1)
+    bound = np.sqrt(2) * gamma(k + 2, dtype) if np.dtype(dtype).kind == "c" else gamma(k, dtype)
+    return 2 * bound + gamma(1, dtype)
+
+
+def assert_within_bound(got, exact, bound, err_msg=""):
+    """|got - exact| <= bound elementwise (``exact`` in extended precision, ``bound`` >= 0; a
+    zero bound demands exactness), where ``exact`` rounds to a finite value; where it does
+    not, ``got`` must be non-finite at the same places; real: NaN where ``exact`` is NaN and
+    the same infinity where it is infinite (complex products of infinities are NaN or infinite
+    depending on the formula, the textbook one or C99's Annex G: only finiteness counts)."""
+    got = np.asarray(got)
+    with np.errstate(over="ignore"):  # past the dtype's range: infinite, as it should be
+        rounded = np.asarray(exact).astype(got.dtype)
+    assert got.shape == rounded.shape, (got.shape, rounded.shape, err_msg)
+    finite = np.isfinite(rounded)
+    if got.dtype.kind != "c":
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(rounded), err_msg=f"NaN {err_msg}")
+        inf = np.isinf(rounded)
+        np.testing.assert_array_equal(got[inf], rounded[inf], err_msg=f"inf {err_msg}")
+    np.testing.assert_array_equal(np.isfinite(got), finite, err_msg=f"finite {err_msg}")
+    error = np.abs(extended(got[finite]) - exact[finite])
+    excess = error - np.asarray(bound, dtype=error.real.dtype)[finite]
+    if excess.size and excess.max() > 0:
+        worst = np.argmax(excess)
+        raise AssertionError(f"{err_msg}: {np.sum(excess > 0)} of {excess.size} entries past "
+                             f"the bound; worst error {float(error[worst]):.3e} with bound "
+                             f"{float(np.asarray(bound)[finite][worst]):.3e}")
+
+
+def sparse_product_reference(data, rows, cols, rhs, out_rows):
+    """(exact, magnitude): the sum over stored entries of data * rhs[col] into each row, in
+    extended precision (only stored entries: IEEE 0 * inf = NaN stays out of structural
+    zeros), and the same sum of |data| |rhs[col]| for the bound."""
+    data, rhs = extended(data), extended(rhs)
+    shape = (out_rows,) + rhs.shape[1:]
+    rhs = rhs.reshape(rhs.shape[0], int(np.prod(rhs.shape[1:])))
+    terms = data[:, None] * rhs[cols]
+    sizes = abs(data[:, None]) * abs(rhs)[cols]
+    exact = np.zeros((out_rows, terms.shape[1]), terms.dtype)
+    magnitude = np.zeros((out_rows, terms.shape[1]), sizes.dtype)
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, as it should be
+        np.add.at(exact, rows, terms)
+    np.add.at(magnitude, rows, sizes)
+    return exact.reshape(shape), magnitude.reshape(shape)
+
+
+def permutation_of_pivots(pivots, m):
+    """The row permutation (0-based, of m rows) that LAPACK's swaps give: row j with
+    pivots[j] (0-based), in order; one per batch entry."""
+    pivots = np.asarray(pivots)
+    perm = np.broadcast_to(np.arange(m, dtype=np.int32), pivots.shape[:-1] + (m,)).copy()
+    for index in np.ndindex(*pivots.shape[:-1]):
+        for i, j in enumerate(pivots[index]):
+            perm[index][[i, j]] = perm[index][[j, i]]
+    return perm
+
+
+def lapack_pivots(a):
+    """0-based pivots and info of SciPy's LAPACK ?getrf (called directly, not through jaxlib)
+    on every matrix of the batch: partial pivoting's pivots, unambiguous for a regular matrix
+    with distinct candidates."""
+    import scipy.linalg.lapack as lapack
+
+    a = np.asarray(a)
+    getrf = lapack.get_lapack_funcs("getrf", dtype=a.dtype)
+    *batch, m, n = a.shape
+    pivots = np.zeros((*batch, min(m, n)), np.int32)
+    info = np.zeros(tuple(batch), np.int32)
+    for index in np.ndindex(*batch):
+        _, pivots[index], info[index] = getrf(a[index])
+    return pivots, info
+
+
+def assert_valid_lu(a, lu, perm, err_msg=""):
+    """``lu`` (packed L\\U) and ``perm`` are a partial-pivoting LU of ``a``, one per batch
+    entry: ``perm`` is a permutation; |L| <= 1 (complex: sqrt 2, LAPACK pivots on |re| + |im|);
+    and P A = L U within Higham's Theorem 9.3, |P A - L U| <= gamma_n |L| |U| for any order of
+    the inner products (complex: sqrt(2) gamma_{n+2}), with L U in extended precision and x2 for
+    the bound's own rounding. Holds for singular matrices too, whichever valid pivots."""
+    a, lu, perm = np.asarray(a), np.asarray(lu), np.asarray(perm)
+    *batch, m, n = a.shape
+    k = min(m, n)
+    assert lu.shape == a.shape and perm.shape == (*batch, m), err_msg
+    np.testing.assert_array_equal(np.sort(perm, axis=-1),
+                                  np.broadcast_to(np.arange(m), perm.shape), err_msg=err_msg)
+    lower = extended(np.tril(lu[..., :, :k], -1) + np.eye(m, k, dtype=lu.dtype))
+    upper = extended(np.triu(lu[..., :k, :]))
+    limit = np.sqrt(2) if a.dtype.kind == "c" else 1.0
+    assert np.abs(lower).max(initial=0) <= limit * (1 + 4 * np.finfo(a.dtype).eps), err_msg
+    permuted = extended(np.take_along_axis(a, perm[..., :, None], axis=-2))
+    factor = np.sqrt(2) * gamma(k + 2, a.dtype) if a.dtype.kind == "c" else gamma(k, a.dtype)
+    bound = 2 * factor * (np.abs(lower) @ np.abs(upper))
+    residual = np.abs(permuted - lower @ upper)
+    excess = residual - bound
+    assert excess.max(initial=0) <= 0, (err_msg, float(residual.max(initial=0)),
+                                        float(bound.max(initial=0)))
+
+
+def assert_valid_cholesky(a, lower, slack=0, err_msg=""):
+    """``lower`` is the Cholesky factor of ``a``, one per batch entry: lower triangular and
+    L L^H = A within Higham's Theorem 10.3, |A - L L^H| <= gamma_{n+1} |L| |L^H| (complex:
+    sqrt(2) gamma_{n+3}), products in extended precision, x2 for the bound's own rounding;
+    plus ``slack`` (elementwise: how far the A the factorization saw may be from ``a``)."""
+    a, lower = np.asarray(a), np.asarray(lower)
+    n = a.shape[-1]
+    np.testing.assert_array_equal(np.triu(lower, 1), 0, err_msg=err_msg)
+    l = extended(lower)
+    lh = np.conj(np.swapaxes(l, -1, -2))
+    factor = np.sqrt(2) * gamma(n + 3, lower.dtype) if lower.dtype.kind == "c" else gamma(
+        n + 1, lower.dtype)
+    bound = 2 * factor * (np.abs(l) @ np.abs(lh)) + slack
+    residual = np.abs(extended(a) - l @ lh)
+    assert (residual <= bound).all(), (err_msg, float((residual - bound).max()))
+
+
+def assert_valid_qr_r(a, r, err_msg=""):
+    """``r`` is the R of a Householder QR of ``a`` (m x n, R's k = min(m, n) rows), one per
+    batch entry: upper triangular and R^H R = A^H A + dA with |dA_ij| <= (2 g + g^2)
+    ||a_i|| ||a_j|| (columns), where A + dA = Q R with ||da_j|| <= g ||a_j||, g = gamma~_{mn}
+    = c m n u (Higham's Theorem 19.4; c = 4 here), Q unitary."""
+    a, r = np.asarray(a), np.asarray(r)
+    *_, m, n = a.shape
+    np.testing.assert_array_equal(np.tril(r, -1), 0, err_msg=err_msg)
+    g = 4 * gamma(m * n, a.dtype)
+    a, r = extended(a), extended(r)
+    columns = np.sqrt(np.sum(np.abs(a) ** 2, axis=-2))
+    bound = (2 * g + g * g) * columns[..., :, None] * columns[..., None, :]
+    ah = np.conj(np.swapaxes(a, -1, -2))
+    rh = np.conj(np.swapaxes(r, -1, -2))
+    residual = np.abs(rh @ r - ah @ a)
+    assert (residual <= bound).all(), (err_msg, float((residual - bound).max()))

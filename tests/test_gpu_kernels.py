@@ -10,9 +10,9 @@ from jax._src import config as jax_config
 from jax._src.lax import linalg as lax_linalg  # geqrf: not exported by jax.lax.linalg
 
 import ferrax
-from helpers import assert_same
+from helpers import assert_same, permutation_of_pivots
 
-from test_pivots_threefry import _random_pivots, _reference_permutation
+from test_pivots_threefry import _random_pivots
 
 
 def on(device, fn, *args):
@@ -86,7 +86,7 @@ def test_pivots_match_reference(gpu, batch, k, p, rng):
     got, hlo = on(gpu, lambda x: ferrax.linalg.lu_pivots_to_permutation(x, p), pivots)
     assert "ferrax_lu_pivots_to_permutation" in hlo
     want = (np.asarray(ferrax.linalg.lu_pivots_to_permutation(pivots, p)) if k > 64
-            else _reference_permutation(pivots, p))  # CPU handler where the Python loop is slow
+            else permutation_of_pivots(pivots, p))  # CPU handler where the Python loop is slow
     assert_same(got, want)
 
 
@@ -97,12 +97,15 @@ def test_pivots_out_of_range_are_ignored(gpu):
 
 
 def test_installed_lu_matches_stock(gpu, rng):
-    # Above the small-kernel sizes: jaxlib's cuSOLVER getrf, ferrax's permutation, bit for bit.
+    # Above the small-kernel sizes: jaxlib's cuSOLVER getrf on both sides (the same call, in
+    # the same process: its factors and pivots are compared with themselves), ferrax's
+    # permutation, which the pivots determine: the swaps' own (tests/helpers.py).
     a = rng.standard_normal((8, 96, 96)).astype(np.float32)
     stock, _ = on(gpu, jax.lax.linalg.lu, a)
     ferrax.install()
     ours, hlo = on(gpu, jax.lax.linalg.lu, a)
     assert "ferrax_lu_pivots_to_permutation" in hlo and "cusolver_getrf_ffi" in hlo
+    np.testing.assert_array_equal(ours[2], permutation_of_pivots(ours[1], 96))
     assert_same(ours, stock)
 
 
