@@ -246,3 +246,14 @@ def assert_valid_qr_r(a, r, err_msg=""):
     rh = np.conj(np.swapaxes(r, -1, -2))
     residual = np.abs(rh @ r - ah @ a)
     assert (residual <= bound).all(), (err_msg, float((residual - bound).max()))
+
+
+def tridiagonal_matrix(dl, d, du):
+    """The n x n matrices of gtsv's diagonals, in JAX's convention (dl[0], du[n-1] unused)."""
+    n = d.shape[-1]
+    m = np.zeros(d.shape + (n,), d.dtype)
+    i = np.arange(n)
+    m[..., i, i] = d
+    m[..., i[1:], i[:-1]] = dl[..., 1:]
+    m[..., i[:-1], i[1:]] = du[..., :-1]
+    return m

@@ -27,6 +27,7 @@ import scipy.sparse
 import scipy_openblas32
 
 from ferrax import _library
+from helpers import tridiagonal_matrix
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ROW, COL = 101, 102  # FERRAX_ROW_MAJOR, FERRAX_COL_MAJOR
@@ -288,16 +289,6 @@ def check_gees(a, t, w, vs, close):
         assert_orthonormal(vs, close)
         close(vs @ t @ transposed(vs.conj()), a, a.dtype, kind="reconstruct")
 
-
-def tridiagonal_matrix(dl, d, du):
-    """The n x n matrices of gtsv's diagonals, in JAX's convention (dl[0], du[n-1] unused)."""
-    n = d.shape[-1]
-    m = np.zeros(d.shape + (n,), d.dtype)
-    i = np.arange(n)
-    m[..., i, i] = d
-    m[..., i[1:], i[:-1]] = dl[..., 1:]
-    m[..., i[:-1], i[1:]] = du[..., :-1]
-    return m
 
 # ---- The C program. ----
 

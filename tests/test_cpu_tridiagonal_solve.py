@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ferrax
-from helpers import assert_matches_stock, extended
+from helpers import assert_matches_stock, extended, tridiagonal_matrix
 
 GTSV, PERTURBED = "ferrax_gtsv", "ferrax_tridiagonal_solve_perturbed"
 TARGETS = {False: GTSV, True: PERTURBED}
@@ -69,17 +69,6 @@ def product(dl, d, du, x):
 BACKWARD = 16
 
 
-def dense(dl, d, du):
-    """The batch of tridiagonal matrices as dense arrays."""
-    m = d.shape[-1]
-    a = np.zeros(d.shape + (m,), d.dtype)
-    i = np.arange(m)
-    a[..., i, i] = d
-    a[..., i[1:], i[:-1]] = dl[..., 1:]
-    a[..., i[:-1], i[1:]] = du[..., :-1]
-    return a
-
-
 def norm(x):
     """Infinity norm of every matrix in the batch (of every system's right-hand sides)."""
     return np.abs(x).sum(axis=-1).max(axis=-1, initial=0)
@@ -89,7 +78,7 @@ def backward_errors(dl, d, du, b, x):
     """||b - A x|| / (||A|| ||x|| + ||b||) per system, in extended precision."""
     dl, d, du, b, x = map(extended, (dl, d, du, b, x))
     residual = product(dl, d, du, x) - b
-    scale = norm(dense(dl, d, du)) * norm(x) + norm(b)
+    scale = norm(tridiagonal_matrix(dl, d, du)) * norm(x) + norm(b)
     return norm(residual) / np.where(scale > 0, scale, 1)
 
 
@@ -102,7 +91,7 @@ def assert_solves(dl, d, du, b, x, dtype, err_msg=""):
 
 def condition(dl, d, du):
     """kappa_inf(A) per system (inf for singular ones)."""
-    a = dense(dl, d, du).astype(np.result_type(d.dtype, np.float64))
+    a = tridiagonal_matrix(dl, d, du).astype(np.result_type(d.dtype, np.float64))
     with np.errstate(all="ignore"):
         return np.nan_to_num(np.linalg.cond(a.reshape((-1,) + a.shape[-2:]), np.inf),
                              nan=np.inf).reshape(d.shape[:-1])
