@@ -277,13 +277,17 @@ def test_install_routes_and_uninstall_restores():
     prims = [_lowerings.csr_spmv_p, _lowerings.csr_spmm_p]
     stock_rule = _lowerings._csr_spmm_cpu_lowering
     assert all(cpu_rules[p].rule is stock_rule for p in prims)
+    m = bcsr(np.eye(3))
     ferrax.install()
-    routed = _lowerings._csr_spmm_cpu_lowering
-    assert routed is not stock_rule and all(cpu_rules[p].rule is routed for p in prims)
+    # Every way jax reaches the CPU rule (the primitives' entries, the module attribute the
+    # BCSR lowering calls) is replaced, and lowers to ferrax's target.
+    assert _lowerings._csr_spmm_cpu_lowering is not stock_rule
+    assert all(cpu_rules[p].rule is not stock_rule for p in prims)
+    assert "ferrax_csr_sparse_dense" in hlo(matmul, m, np.ones(3))
+    assert STOCK_TARGET not in hlo(matmul, m, np.ones((3, 2)))
     ferrax.uninstall()
     assert _lowerings._csr_spmm_cpu_lowering is stock_rule
     assert all(cpu_rules[p].rule is stock_rule for p in prims)
-    m = bcsr(np.eye(3))
     assert STOCK_TARGET in hlo(matmul, m, np.ones(3)) and "ferrax" not in hlo(matmul, m, np.ones(3))
 
 
