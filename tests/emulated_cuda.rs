@@ -12,6 +12,9 @@
 //! emulator built (`cargo test --workspace` builds it). `EMULATED_CUDA_CASES=substring` runs
 //! the matching cases only.
 
+#[path = "common/api_table.rs"]
+mod api_table;
+
 mod emulated {
     pub mod host;
     pub mod scalar;

@@ -8,6 +8,10 @@
 //! memory, frame checks (stage, struct size), `parallel_for`/`parallel_chunks`, and the real
 //! CPU handlers of `ferrax::ops` (threefry, pivots to permutation, getrf without LAPACK).
 
+#[path = "common/api_table.rs"]
+mod api_table;
+
+use api_table::newest_api_table;
 use ferrax::ffi::sys::*;
 use ferrax::ffi::{
     Attrs, Buffer, DataType, DeviceOrdinal, Error, MatrixBatch, NativeType, Result, RunId,
@@ -344,35 +348,17 @@ unsafe extern "C" fn pool_schedule(
 /// The API table; slots the layer does not use stay `None`.
 fn fake_api() -> XLA_FFI_Api {
     XLA_FFI_Api {
-        struct_size: XLA_FFI_Api_STRUCT_SIZE,
-        extension_start: ptr::null_mut(),
-        api_version: XLA_FFI_Api_Version {
-            struct_size: XLA_FFI_Api_Version_STRUCT_SIZE,
-            extension_start: ptr::null_mut(),
-            major_version: XLA_FFI_API_MAJOR,
-            minor_version: XLA_FFI_API_MINOR,
-        },
-        internal_api: ptr::null(),
         XLA_FFI_Error_Create: Some(error_create),
         XLA_FFI_Error_GetDetails: Some(error_get_details),
         XLA_FFI_Error_Destroy: Some(error_destroy),
-        XLA_FFI_Handler_Register: None,
         XLA_FFI_Stream_Get: Some(stream_get),
-        XLA_FFI_Type_Register: None,
-        XLA_FFI_InvokeContext_Get: None,
-        XLA_FFI_State_Set: None,
-        XLA_FFI_State_Get: None,
         XLA_FFI_DeviceMemory_Allocate: Some(memory_allocate),
         XLA_FFI_DeviceMemory_Free: Some(memory_free),
         XLA_FFI_ThreadPool_Schedule: Some(pool_schedule),
         XLA_FFI_ThreadPool_NumThreads: Some(pool_num_threads),
-        XLA_FFI_Future_Create: None,
-        XLA_FFI_Future_SetAvailable: None,
-        XLA_FFI_Future_SetError: None,
         XLA_FFI_RunId_Get: Some(run_id_get),
         XLA_FFI_DeviceOrdinal_Get: Some(device_ordinal_get),
-        XLA_FFI_InvokeContext_FindExtension: None,
-        XLA_FFI_CustomOptions_Get: None,
+        ..newest_api_table()
     }
 }
 

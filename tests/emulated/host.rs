@@ -271,35 +271,13 @@ unsafe extern "C" fn free(args: *mut XLA_FFI_DeviceMemory_Free_Args) -> *mut XLA
 
 fn api() -> XLA_FFI_Api {
     XLA_FFI_Api {
-        struct_size: XLA_FFI_Api_STRUCT_SIZE,
-        extension_start: ptr::null_mut(),
-        api_version: XLA_FFI_Api_Version {
-            struct_size: XLA_FFI_Api_Version_STRUCT_SIZE,
-            extension_start: ptr::null_mut(),
-            major_version: XLA_FFI_API_MAJOR,
-            minor_version: XLA_FFI_API_MINOR,
-        },
-        internal_api: ptr::null(),
         XLA_FFI_Error_Create: Some(error_create),
         XLA_FFI_Error_GetDetails: Some(error_message),
         XLA_FFI_Error_Destroy: Some(error_destroy),
-        XLA_FFI_Handler_Register: None,
         XLA_FFI_Stream_Get: Some(stream_get),
-        XLA_FFI_Type_Register: None,
-        XLA_FFI_InvokeContext_Get: None,
-        XLA_FFI_State_Set: None,
-        XLA_FFI_State_Get: None,
         XLA_FFI_DeviceMemory_Allocate: Some(allocate),
         XLA_FFI_DeviceMemory_Free: Some(free),
-        XLA_FFI_ThreadPool_Schedule: None,
-        XLA_FFI_ThreadPool_NumThreads: None,
-        XLA_FFI_Future_Create: None,
-        XLA_FFI_Future_SetAvailable: None,
-        XLA_FFI_Future_SetError: None,
-        XLA_FFI_RunId_Get: None,
-        XLA_FFI_DeviceOrdinal_Get: None,
-        XLA_FFI_InvokeContext_FindExtension: None,
-        XLA_FFI_CustomOptions_Get: None,
+        ..crate::api_table::newest_api_table()
     }
 }
 
