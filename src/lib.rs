@@ -6,6 +6,7 @@
 //! - [`ops`]: one module per op family: its targets and shape rules, then its CPU handlers
 //!   (over [`linalg`]) and CUDA handlers (over [`cuda`]), in their own files.
 //! - [`cuda`]: the CUDA runtime, cuSOLVER and cuBLAS.
+//! - [`memory`]: allocation sized by inputs, fallible and overflow-checked.
 //! - [`capi`]: the other exported C symbols (target table, LAPACK table fillers, the C ABI
 //!   over the cores, Catalyst's symbols).
 
@@ -14,4 +15,5 @@ pub mod cuda;
 pub mod error;
 pub mod ffi;
 pub mod linalg;
+pub mod memory;
 pub mod ops;

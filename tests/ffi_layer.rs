@@ -10,6 +10,8 @@
 
 #[path = "common/api_table.rs"]
 mod api_table;
+#[path = "common/reserved.rs"]
+mod reserved;
 
 use api_table::newest_api_table;
 use ferrax::ffi::sys::*;
@@ -29,6 +31,7 @@ use std::thread::JoinHandle;
 
 // absl status codes the layer produces.
 const INVALID_ARGUMENT: i32 = 3;
+const RESOURCE_EXHAUSTED: i32 = 8;
 const FAILED_PRECONDITION: i32 = 9;
 const INTERNAL: i32 = 13;
 
@@ -401,6 +404,8 @@ struct Buf {
     dtype: i32,
     dims: Vec<i64>,
     data: Vec<u64>,
+    /// Where the data is instead, for buffers larger than the machine.
+    reserved: Option<reserved::Reserved>,
 }
 
 impl Buf {
@@ -414,6 +419,18 @@ impl Buf {
             dtype: T::DTYPE.to_raw(),
             dims: dims.to_vec(),
             data: aligned_bytes(values),
+            reserved: None,
+        }
+    }
+
+    /// A buffer of `dims` in address space that nothing backs until it is touched.
+    fn reserved<T: NativeType>(dims: &[i64]) -> Buf {
+        let bytes = dims.iter().product::<i64>() as usize * std::mem::size_of::<T>();
+        Buf {
+            dtype: T::DTYPE.to_raw(),
+            dims: dims.to_vec(),
+            data: Vec::new(),
+            reserved: Some(reserved::Reserved::new(bytes)),
         }
     }
 
@@ -558,7 +575,10 @@ impl Arena {
                 struct_size: XLA_FFI_Buffer_STRUCT_SIZE,
                 extension_start: ptr::null_mut(),
                 dtype: buffer.dtype,
-                data: buffer.data.as_mut_ptr().cast(),
+                data: match &buffer.reserved {
+                    Some(reserved) => reserved.at(),
+                    None => buffer.data.as_mut_ptr().cast(),
+                },
                 rank: buffer.dims.len() as i64,
                 dims: buffer.dims.as_mut_ptr(),
             };
@@ -1460,6 +1480,32 @@ fn getrf_rejects_integer_input() {
         INVALID_ARGUMENT,
         &["ferrax_getrf: ", "operand 0 'a'", "f64", "got s32"],
     );
+}
+
+#[test]
+fn scratch_that_cannot_be_allocated_is_resource_exhausted() {
+    if !reserved::allocations_past_memory_fail() {
+        return;
+    }
+    // 2^40 equations: XLA's buffers are reserved address space (40 TiB, never touched); the
+    // solver's workspace of 3·2^40 + 1 elements is 24 TiB more, which no allocator can meet.
+    let m = 1i64 << 40;
+    let ctx = FakeCtx::new(PoolMode::Threads(2));
+    let before = reserved::resident_kib();
+    let outcome = Frame::new(&ctx)
+        .arg(Buf::reserved::<f64>(&[m]))
+        .arg(Buf::reserved::<f64>(&[m]))
+        .arg(Buf::reserved::<f64>(&[m]))
+        .arg(Buf::reserved::<f64>(&[m, 1]))
+        .ret(Buf::reserved::<f64>(&[m, 1]))
+        .call(ferrax::ops::tridiagonal_solve::cpu::ferrax_cpu_tridiagonal_solve_perturbed);
+    assert_error(
+        outcome,
+        RESOURCE_EXHAUSTED,
+        &["ferrax_tridiagonal_solve_perturbed: ", "cannot allocate 26388279066632 bytes"],
+    );
+    let grown = reserved::resident_kib().saturating_sub(before);
+    assert!(grown < 1 << 20, "the handler touched {grown} KiB of its buffers");
 }
 
 // ---------------------------------------------------------------------------------------------

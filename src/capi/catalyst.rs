@@ -19,6 +19,7 @@
 use super::linalg::{self, guard, FERRAX_ROW_MAJOR as ROW};
 use crate::linalg::{eig::Geev, eigh::Evd, schur::Gees, svd::Svd};
 use crate::linalg::LapackScalar;
+use crate::memory;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
 use std::ffi::{c_char, c_void};
@@ -160,7 +161,9 @@ impl Poison {
 fn count(dims: &[i32]) -> Result<usize> {
     dims.iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
-        .filter(|&n| n.checked_mul(16).is_some())
+        // Memory a caller can have for the widest element (16 bytes): Rust's slices stop at
+        // `isize::MAX` bytes.
+        .filter(|&n| n.checked_mul(16).is_some_and(|bytes| isize::try_from(bytes).is_ok()))
         .ok_or_else(|| format!("sizes {dims:?} overflow"))
 }
 
@@ -377,7 +380,7 @@ impl<T: LapackScalar> Eigenvalues<T> {
         let (wr, wi) = (out.ptr::<Real<T>>(i, 1)?, out.ptr::<Real<T>>(i + 1, 1)?);
         poison.real::<T>(wr, len);
         poison.real::<T>(wi, len);
-        let mut scratch = vec![T::Complex::default(); len];
+        let mut scratch = memory::vec_of(len, T::Complex::default()).map_err(|e| e.message)?;
         let eigenvalues = Eigenvalues {
             complex: scratch.as_mut_ptr(),
             parts: Some((wr, wi)),
@@ -424,7 +427,7 @@ unsafe fn geev<T: Geev>(data: Args, out: Args, poison: &mut Poison) -> Result<()
     if rows != n {
         return Err(format!("a is {rows} x {n}: expected a square matrix"));
     }
-    let mut work = vec![T::default(); len];
+    let mut work = memory::vec_of(len, T::default()).map_err(|e| e.message)?;
     let a: *mut T = data.ptr(5, 2)?;
     copy_in("a", a, work.as_mut_ptr(), len)?;
     linalg::geev::<T>(

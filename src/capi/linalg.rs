@@ -21,6 +21,7 @@ use crate::linalg::svd::{self, Driver, Factors, Svd};
 use crate::linalg::tridiagonal_solve::{self, PerturbedScalar};
 use crate::linalg::trsm::{self, TrsmFlags};
 use crate::linalg::{getrf, hessenberg, potrf, tridiagonal, LapackScalar};
+use crate::memory;
 use super::pool::workers;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
@@ -102,22 +103,20 @@ impl<T: Copy + Default> Matrices<T> {
             .ok()
             .filter(|&ld| ld >= minimum)
             .ok_or_else(|| format!("leading dimension of {name} = {ld}: expected >= {minimum}"))?;
-        let matrices = Matrices {
+        // The memory the caller vouches for: `batch` matrices `ld` apart in each line.
+        let lines = if row_major { rows } else { cols };
+        elements::<T>(name, &[batch, ld, lines])?;
+        if batch * rows * cols > 0 && data.is_null() {
+            return Err(format!("{name} is null"));
+        }
+        Ok(Matrices {
             row_major,
             batch,
             rows,
             cols,
             ld,
             data,
-        };
-        if matrices.len() > 0 && data.is_null() {
-            return Err(format!("{name} is null"));
-        }
-        Ok(matrices)
-    }
-
-    fn len(&self) -> usize {
-        self.batch * self.rows * self.cols
+        })
     }
 
     /// The batch as the cores take it, where the caller keeps it.
@@ -136,7 +135,8 @@ impl<T: Copy + Default> Matrices<T> {
 ///
 /// # Safety
 /// `data` is null or points to `len` writable elements that nothing else touches meanwhile.
-unsafe fn output<'a, T>(name: &str, data: *mut T, len: usize) -> Result<&'a mut [T]> {
+unsafe fn output<'a, T>(name: &str, data: *mut T, shape: &[usize]) -> Result<&'a mut [T]> {
+    let len = elements::<T>(name, shape)?;
     if len == 0 {
         return Ok(&mut []);
     }
@@ -150,7 +150,8 @@ unsafe fn output<'a, T>(name: &str, data: *mut T, len: usize) -> Result<&'a mut 
 ///
 /// # Safety
 /// `data` is null or points to `len` elements that nothing writes meanwhile.
-unsafe fn input<'a, T>(name: &str, data: *const T, len: usize) -> Result<&'a [T]> {
+unsafe fn input<'a, T>(name: &str, data: *const T, shape: &[usize]) -> Result<&'a [T]> {
+    let len = elements::<T>(name, shape)?;
     if len == 0 {
         return Ok(&[]);
     }
@@ -158,6 +159,20 @@ unsafe fn input<'a, T>(name: &str, data: *const T, len: usize) -> Result<&'a [T]
         return Err(format!("{name} is null"));
     }
     Ok(std::slice::from_raw_parts(data, len))
+}
+
+/// The number of elements of array `name` of `shape`, checked to be memory a caller can have:
+/// at most `isize::MAX` bytes, as Rust's slices require.
+fn elements<T>(name: &str, shape: &[usize]) -> Result<usize> {
+    let factors: Vec<usize> = shape.iter().copied().chain([std::mem::size_of::<T>()]).collect();
+    match memory::product(name, &factors) {
+        Ok(bytes) if isize::try_from(bytes).is_ok() => Ok(shape.iter().product()),
+        _ => Err(format!(
+            "{name}: {} elements of {} bytes are past the address space",
+            shape.iter().map(usize::to_string).collect::<Vec<_>>().join(" x "),
+            std::mem::size_of::<T>()
+        )),
+    }
 }
 
 /// A core's result as the C ABI reports it.
@@ -182,8 +197,8 @@ pub(crate) unsafe fn getrf<T: LapackScalar>(
         size("n", n.into())?,
     );
     let a = Matrices::new("a", layout, [batch, m, n], a, lda)?.view();
-    let ipiv = output("ipiv", ipiv, batch * m.min(n))?;
-    let info = output("info", info, batch)?;
+    let ipiv = output("ipiv", ipiv, &[batch, m.min(n)])?;
+    let info = output("info", info, &[batch])?;
     core(getrf::getrf(workers(), InOut::in_place(a), ipiv, info))
 }
 
@@ -199,7 +214,7 @@ pub(crate) unsafe fn potrf<T: LapackScalar>(
     let uplo = flag::<Uplo>("uplo", uplo)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
-    let info = output("info", info, batch)?;
+    let info = output("info", info, &[batch])?;
     core(potrf::potrf(workers(), InOut::in_place(a), uplo, info))
 }
 
@@ -218,7 +233,7 @@ pub(crate) unsafe fn geqrf<T: LapackScalar>(
         size("n", n.into())?,
     );
     let a = Matrices::new("a", layout, [batch, m, n], a, lda)?.view();
-    let tau = output("tau", tau, batch * m.min(n))?;
+    let tau = output("tau", tau, &[batch, m.min(n)])?;
     core(qr::geqrf(workers(), InOut::in_place(a), tau))
 }
 
@@ -240,7 +255,7 @@ pub(crate) unsafe fn orgqr<T: LapackScalar>(
         size("k", k.into())?,
     );
     let a = Matrices::new("a", layout, [batch, m, n], a, lda)?;
-    let tau = input("tau", tau, batch * k)?;
+    let tau = input("tau", tau, &[batch, k])?;
     if m < n || k > n {
         return Err(format!("m = {m}, n = {n}, k = {k}: expected m >= n >= k"));
     }
@@ -354,8 +369,8 @@ unsafe fn svd<T: Svd>(
     );
     let k = m.min(n);
     let a = Matrices::new("a", layout, [batch, m, n], a, lda)?.view();
-    let s = output("s", s, batch * k)?;
-    let info = output("info", info, batch)?;
+    let s = output("s", s, &[batch, k])?;
+    let info = output("info", info, &[batch])?;
     // jobz 'A': U is m x m and V^T n x n; 'S': m x k and k x n; 'N': neither is computed.
     let (u_cols, vt_rows) = if job == SvdJob::All { (m, n) } else { (k, k) };
     let (u, vt) = if job == SvdJob::None {
@@ -386,8 +401,8 @@ pub(crate) unsafe fn syevd<T: Evd>(
     let jobz = flag::<Vectors>("jobz", jobz)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
-    let w = output("w", w, batch * n)?;
-    let info = output("info", info, batch)?;
+    let w = output("w", w, &[batch, n])?;
+    let info = output("info", info, &[batch])?;
     core(eigh::eigh(workers(), InOut::in_place(a), uplo, jobz, w, info))
 }
 
@@ -420,8 +435,8 @@ pub(crate) unsafe fn gehrd<T: LapackScalar>(
         ));
     }
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
-    let tau = output("tau", tau, batch * n.saturating_sub(1))?;
-    let info = output("info", info, batch)?;
+    let tau = output("tau", tau, &[batch, n.saturating_sub(1)])?;
+    let info = output("info", info, &[batch])?;
     core(hessenberg::gehrd(workers(), InOut::in_place(a), ilo, ihi, tau, info))
 }
 
@@ -442,10 +457,10 @@ pub(crate) unsafe fn sytrd<T: LapackScalar>(
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
     let off = n.saturating_sub(1);
-    let d = output("d", d, batch * n)?;
-    let e = output("e", e, batch * off)?;
-    let tau = output("tau", tau, batch * off)?;
-    let info = output("info", info, batch)?;
+    let d = output("d", d, &[batch, n])?;
+    let e = output("e", e, &[batch, off])?;
+    let tau = output("tau", tau, &[batch, off])?;
+    let info = output("info", info, &[batch])?;
     core(tridiagonal::sytrd(workers(), InOut::in_place(a), uplo, d, e, tau, info))
 }
 
@@ -482,7 +497,7 @@ pub(crate) unsafe fn ormqr<T: LapackScalar>(
     );
     let q_order = if side == Side::Left { m } else { n };
     let a = Matrices::new("a", layout, [batch, q_order, k], a.cast_mut(), lda)?;
-    let tau = input("tau", tau, batch * k)?;
+    let tau = input("tau", tau, &[batch, k])?;
     let c = Matrices::new("c", layout, [batch, m, n], c, ldc)?;
     if k > q_order {
         return Err(format!("k = {k}: expected <= {q_order}, the order of Q"));
@@ -508,8 +523,8 @@ pub(crate) unsafe fn geqp3<T: Geqp3Scalar>(
         size("n", n.into())?,
     );
     let a = Matrices::new("a", layout, [batch, m, n], a, lda)?.view();
-    let jpvt = output("jpvt", jpvt, batch * n)?;
-    let tau = output("tau", tau, batch * m.min(n))?;
+    let jpvt = output("jpvt", jpvt, &[batch, n])?;
+    let tau = output("tau", tau, &[batch, m.min(n)])?;
     core(qr::geqp3(workers(), InOut::in_place(a), jpvt, tau))
 }
 
@@ -532,11 +547,11 @@ pub(crate) unsafe fn gtsv<T: LapackScalar>(
         size("nrhs", nrhs.into())?,
     );
     let diagonals = [
-        output("dl", dl, batch * n)?,
-        output("d", d, batch * n)?,
-        output("du", du, batch * n)?,
+        output("dl", dl, &[batch, n])?,
+        output("d", d, &[batch, n])?,
+        output("du", du, &[batch, n])?,
     ];
-    let info = output("info", info, batch)?;
+    let info = output("info", info, &[batch])?;
     let b = Matrices::new("b", layout, [batch, n, nrhs], b, ldb)?.view();
     core(tridiagonal_solve::gtsv(workers(), diagonals, InOut::in_place(b), info))
 }
@@ -561,8 +576,8 @@ pub(crate) unsafe fn geev<T: Geev>(
     let right = flag::<Vectors>("jobvr", jobvr)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
-    let w = eig::Eigenvalues::Complex(output("w", w, batch * n)?);
-    let info = output("info", info, batch)?;
+    let w = eig::Eigenvalues::Complex(output("w", w, &[batch, n])?);
+    let info = output("info", info, &[batch])?;
     let wanted = |job: Vectors, name, data, ld| -> Result<Option<Batch<_>>> {
         if job.computed() {
             Ok(Some(Matrices::new(name, layout, [batch, n, n], data, ld)?.view()))
@@ -593,15 +608,15 @@ pub(crate) unsafe fn gees<T: Gees>(
     let jobvs = flag::<Vectors>("jobvs", jobvs)?;
     let (batch, n) = (size("batch", batch)?, size("n", n.into())?);
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
-    let w = eig::Eigenvalues::Complex(output("w", w, batch * n)?);
-    let info = output("info", info, batch)?;
+    let w = eig::Eigenvalues::Complex(output("w", w, &[batch, n])?);
+    let info = output("info", info, &[batch])?;
     let vs = if jobvs.computed() {
         Some(Matrices::new("vs", layout, [batch, n, n], vs, ldvs)?.view())
     } else {
         None
     };
     // LAPACK's `sdim`, the number of eigenvalues selected by sorting, which is not offered.
-    let mut sdim = vec![0; batch];
+    let mut sdim = memory::vec_of(batch, 0).map_err(|error| error.message)?;
     core(schur::gees(workers(), InOut::in_place(a), w, vs, &mut sdim, info))
 }
 
@@ -623,9 +638,9 @@ pub(crate) unsafe fn gtsv_perturbed<T: PerturbedScalar>(
         size("nrhs", nrhs.into())?,
     );
     let diagonals = [
-        input("dl", dl, batch * n)?,
-        input("d", d, batch * n)?,
-        input("du", du, batch * n)?,
+        input("dl", dl, &[batch, n])?,
+        input("d", d, &[batch, n])?,
+        input("du", du, &[batch, n])?,
     ];
     let b = Matrices::new("b", layout, [batch, n, nrhs], b, ldb)?.view();
     core(tridiagonal_solve::solve_perturbed(workers(), diagonals, InOut::in_place(b)))
@@ -660,15 +675,15 @@ pub(crate) unsafe fn csrmm<T: LapackScalar + Element>(
         return Ok(());
     }
     let csr = Csr {
-        data: input("data", data, nnz)?,
-        outer: input("indptr", indptr, rows + 1)?,
-        inner: input("indices", indices, nnz)?,
+        data: input("data", data, &[nnz])?,
+        outer: input("indptr", indptr, &[rows + 1])?,
+        inner: input("indices", indices, &[nnz])?,
         cols,
     };
-    let rhs = input("rhs", rhs, rhs_len)?;
-    let out = output("out", out, out_len)?;
+    let rhs = input("rhs", rhs, &[rhs_len])?;
+    let out = output("out", out, &[out_len])?;
     // Computed aside, so that a bad index (an error) leaves `out` as it was.
-    let mut product = vec![T::default(); out_len];
+    let mut product = memory::vec_of(out_len, T::default()).map_err(|error| error.message)?;
     core(sparse::csr_times_dense(workers(), csr, rhs, n, &mut product))?;
     out.copy_from_slice(&product);
     Ok(())
@@ -720,7 +735,10 @@ macro_rules! c_functions {
             /// The pointers must be valid for the dimensions given, as in LAPACK.
             #[no_mangle]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
-                guard(|| $generic::<T>($($arg),*))
+                guard(|| {
+                    $generic::<T>($($arg),*)
+                        .map_err(|message| format!("{}: {message}", stringify!($name)))
+                })
             }
         }
     };

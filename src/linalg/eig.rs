@@ -5,6 +5,7 @@ use super::matrix::Batch;
 use super::parallel::{for_each_chunk, Pool, SharedMut};
 use super::{lapack_int, query_lwork, routine, LapackScalar};
 use crate::error::{Error, Result};
+use crate::memory;
 use ferrax_cpu_fallback::{ComplexLapack, GeevComplex, GeevReal, Real, RealLapack};
 use ferrax_kernels::scalar::Scalar as KernelScalar;
 use ferrax_kernels::scalar::Scalar;
@@ -70,8 +71,8 @@ impl<T: LapackScalar> SharedEigenvalues<T> {
         b: usize,
         n: usize,
         staged: &mut Vec<Real<T>>,
-        f: impl FnOnce(Eigenvalues<'_, T>) -> R,
-    ) -> R {
+        f: impl FnOnce(Eigenvalues<'_, T>) -> Result<R>,
+    ) -> Result<R> {
         match self {
             SharedEigenvalues::Parts(re, im) => f(Eigenvalues::Parts {
                 re: re.slice(b * n, n),
@@ -83,7 +84,7 @@ impl<T: LapackScalar> SharedEigenvalues<T> {
                     return f(Eigenvalues::Complex(w));
                 }
                 staged.clear();
-                staged.resize(2 * n, Real::<T>::default());
+                memory::grow(staged, 2 * n, Real::<T>::default())?;
                 let (re, im) = staged.split_at_mut(n);
                 let result = f(Eigenvalues::Parts { re, im });
                 for (w, (&re, &im)) in w.iter_mut().zip(re.iter().zip(im.iter())) {
@@ -104,10 +105,10 @@ pub(crate) unsafe fn optional_result<T: Copy + Scalar, R>(
     result: Option<Batch<T>>,
     b: usize,
     scratch: &mut Vec<T>,
-    f: impl FnOnce(Option<(&mut [T], usize)>) -> R,
-) -> R {
+    f: impl FnOnce(Option<(&mut [T], usize)>) -> Result<R>,
+) -> Result<R> {
     match result {
-        Some(m) => m.column_major_result(b, T::ZERO, scratch, |m, ld| f(Some((m, ld)))),
+        Some(m) => m.column_major_result(b, T::ZERO, scratch, |m, ld| f(Some((m, ld))))?,
         None => f(None),
     }
 }
@@ -160,8 +161,8 @@ pub fn geev<T: Geev>(
     // Roughly the Hessenberg reduction and QR iterations of the eigenvalues alone.
     let flops = order.saturating_pow(3).saturating_mul(10);
     for_each_chunk(pool, count, flops, &|range| {
-        let mut ws = T::workspace(&jobs, lwork);
-        let mut matrix = vec![T::ZERO; len];
+        let mut ws = T::workspace(&jobs, lwork)?;
+        let mut matrix = memory::vec_of(len, T::ZERO)?;
         let (mut staged_w, mut staged_vl, mut staged_vr) = (Vec::new(), Vec::new(), Vec::new());
         for b in range {
             // SAFETY: matrix `b` of each operand and result, which this task alone touches,
@@ -173,14 +174,15 @@ pub fn geev<T: Geev>(
                 w.lapack_form(b, order, &mut staged_w, |w| {
                     optional_result(vl, b, &mut staged_vl, |vl| {
                         optional_result(vr, b, &mut staged_vr, |vr| {
-                            if !finite {
+                            if finite {
+                                T::geev(geev, &jobs, &mut matrix, w, vl, vr, &mut ws, info);
+                            } else {
                                 *info = -4;
-                                return;
                             }
-                            T::geev(geev, &jobs, &mut matrix, w, vl, vr, &mut ws, info);
+                            Ok(())
                         })
                     })
-                });
+                })?;
             }
         }
         Ok(())
@@ -216,7 +218,7 @@ pub type MatrixVectors<'a, T> = Option<(&'a mut [<T as LapackScalar>::Complex], 
 pub trait Geev: LapackScalar {
     type Routine: Copy + Send + Sync;
     fn routine() -> Result<Self::Routine>;
-    fn workspace(jobs: &Jobs, lwork: i32) -> Workspace<Self>;
+    fn workspace(jobs: &Jobs, lwork: i32) -> Result<Workspace<Self>>;
     /// # Safety
     /// A workspace query: `work` has room for one element.
     unsafe fn query(
@@ -295,16 +297,16 @@ macro_rules! geev_real {
                 routine(<$t as RealLapack>::geev())
             }
 
-            fn workspace(c: &Jobs, lwork: i32) -> Workspace<Self> {
+            fn workspace(c: &Jobs, lwork: i32) -> Result<Workspace<Self>> {
                 let n = c.n as usize;
-                let packed = |job: c_char| vec![0.0; if job as u8 == b'V' { n * n } else { 0 }];
-                Workspace {
-                    work: vec![0.0; lwork as usize],
+                let packed = |job: c_char| memory::vec_of(if job as u8 == b'V' { n * n } else { 0 }, 0.0);
+                Ok(Workspace {
+                    work: memory::vec_of(lwork as usize, 0.0)?,
                     lwork,
-                    packed_vl: packed(c.jobvl),
-                    packed_vr: packed(c.jobvr),
+                    packed_vl: packed(c.jobvl)?,
+                    packed_vr: packed(c.jobvr)?,
                     rwork: Vec::new(),
-                }
+                })
             }
 
             unsafe fn query(
@@ -362,14 +364,14 @@ macro_rules! geev_complex {
                 routine(<Complex<$t> as ComplexLapack>::geev())
             }
 
-            fn workspace(c: &Jobs, lwork: i32) -> Workspace<Self> {
-                Workspace {
-                    work: vec![Complex::default(); lwork as usize],
+            fn workspace(c: &Jobs, lwork: i32) -> Result<Workspace<Self>> {
+                Ok(Workspace {
+                    work: memory::vec_of(lwork as usize, Complex::default())?,
                     lwork,
                     packed_vl: Vec::new(),
                     packed_vr: Vec::new(),
-                    rwork: vec![0.0; 2 * c.n as usize],
-                }
+                    rwork: memory::vec_of(2 * c.n as usize, 0.0)?,
+                })
             }
 
             unsafe fn query(

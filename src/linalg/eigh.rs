@@ -7,6 +7,7 @@ use super::matrix::InOut;
 use super::parallel::{for_each_chunk, Pool, SharedMut};
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
+use crate::memory;
 use ferrax_cpu_fallback::{ComplexLapack, Heevd, Lapack, Real, RealLapack, Syevd};
 use ferrax_kernels::small::eigh as small_eigh;
 use num_complex::Complex;
@@ -72,7 +73,7 @@ pub fn eigh<T: Evd>(
                             &mut off_diagonal,
                             &mut scratch,
                         )
-                    })
+                    })?
                 };
             }
             Ok(())
@@ -82,7 +83,7 @@ pub fn eigh<T: Evd>(
     let (uplo, jobz) = (uplo.letter(), jobz.letter());
 
     // One workspace query for the whole call: every matrix has the same order.
-    let mut query = Workspace::<T>::query();
+    let mut query = Workspace::<T>::query()?;
     let mut query_info = 0;
     // SAFETY: a query only writes the first element of each workspace and `query_info`.
     unsafe {
@@ -109,7 +110,7 @@ pub fn eigh<T: Evd>(
     let liwork = query.iwork[0].max(1);
 
     let syevd_range = |range: std::ops::Range<usize>| {
-        let mut ws = Workspace::<T>::new(lwork, lrwork, liwork);
+        let mut ws = Workspace::<T>::new(lwork, lrwork, liwork)?;
         let mut staged = Vec::new();
         for b in range {
             let (w, info) = results(b);
@@ -129,7 +130,7 @@ pub fn eigh<T: Evd>(
                         &mut ws,
                         &mut info[0],
                     )
-                })
+                })?
             };
         }
         Ok(())
@@ -159,20 +160,20 @@ pub struct Workspace<T: Lapack> {
 impl<T: Evd> Workspace<T> {
     /// Room for LAPACK's answer to a workspace query (lengths -1): the optimal sizes, written
     /// to the first element of each workspace.
-    fn query() -> Self {
+    fn query() -> Result<Self> {
         Self::new(-1, -1, -1)
     }
 
-    fn new(lwork: i32, lrwork: i32, liwork: i32) -> Self {
+    fn new(lwork: i32, lrwork: i32, liwork: i32) -> Result<Self> {
         let len = |l: i32| usize::try_from(l).unwrap_or(1);
-        Workspace {
-            work: vec![T::default(); len(lwork)],
+        Ok(Workspace {
+            work: memory::vec_of(len(lwork), T::default())?,
             lwork,
-            rwork: vec![Real::<T>::default(); len(lrwork)],
+            rwork: memory::vec_of(len(lrwork), Real::<T>::default())?,
             lrwork,
-            iwork: vec![0; len(liwork)],
+            iwork: memory::vec_of(len(liwork), 0)?,
             liwork,
-        }
+        })
     }
 }
 

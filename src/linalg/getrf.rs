@@ -58,17 +58,17 @@ pub fn getrf<T: LapackScalar>(
                         a.packed(first, SIMD_GROUP, true, &mut staged_group, |group, layout| {
                             simd::getf2(group, rows, cols, layout, p, info, &mut lane_scratch)
                         })
-                    };
+                    }
                 },
                 |b| {
                     let (p, info) = results(b, 1);
                     // SAFETY: matrix `b`, which this task alone touches.
                     info[0] = unsafe {
                         a.column_major(b, &mut staged_one, |a, ld| getf2(a, rows, cols, ld, p))
-                    };
+                    }?;
+                    Ok(())
                 },
-            );
-            Ok(())
+            )
         });
     }
     let getrf = routine(T::getrf())?;
@@ -82,7 +82,7 @@ pub fn getrf<T: LapackScalar>(
                 a.column_major(b, &mut staged, |a, ld| {
                     let ld = ld as i32;
                     getrf(&m, &n, a.as_mut_ptr(), &ld, p.as_mut_ptr(), &mut info[0])
-                })
+                })?
             };
         }
         Ok(())

@@ -5,6 +5,7 @@ use super::matrix::InOut;
 use super::parallel::{for_each_chunk, Pool, SharedMut};
 use super::{lapack_int, query_lwork, routine, LapackScalar};
 use crate::error::{Error, Result};
+use crate::memory;
 use std::ops::RangeInclusive;
 
 /// LAPACK's range for `ilo` at order `n`: `1 ..= max(1, n)`.
@@ -72,7 +73,7 @@ pub fn gehrd<T: LapackScalar>(
     // About 10/3 n^3 flops.
     let flops = order.saturating_pow(3).saturating_mul(10) / 3;
     for_each_chunk(pool, count, flops, &|range| {
-        let mut work = vec![T::default(); lwork as usize];
+        let mut work = memory::vec_of(lwork as usize, T::default())?;
         let mut staged = Vec::new();
         for b in range {
             // SAFETY: matrix `b`, its taus and its info, which this task alone touches;
@@ -91,7 +92,7 @@ pub fn gehrd<T: LapackScalar>(
                         &lwork,
                         info.at(b),
                     )
-                })
+                })?
             };
         }
         Ok(())

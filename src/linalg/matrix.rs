@@ -3,6 +3,8 @@
 //! that a core reads its operands where they are and stages a matrix only where its algorithm
 //! needs another layout.
 
+use crate::error::Result;
+use crate::memory;
 pub use ferrax_kernels::small::simd::Layout;
 
 /// `count` matrices of `rows × cols`: element `(b, i, j)` at
@@ -187,17 +189,22 @@ impl<T: Copy> Batch<T> {
     }
 
     /// Matrix `b` as a column-major matrix and its leading dimension, for reading: where it is
-    /// if LAPACK can take it there, else copied into `scratch` (grown as needed).
+    /// if LAPACK can take it there, else copied into `scratch` (grown as needed; an error if it
+    /// cannot be).
     ///
     /// # Safety
     /// `b < count`; nothing writes the matrix while the slice lives.
-    pub unsafe fn column_major<'s>(&self, b: usize, scratch: &'s mut Vec<T>) -> (&'s [T], usize) {
+    pub unsafe fn column_major<'s>(
+        &self,
+        b: usize,
+        scratch: &'s mut Vec<T>,
+    ) -> Result<(&'s [T], usize)> {
         if let Some(ld) = self.lapack_ld() {
-            return (self.matrix_span(b), ld);
+            return Ok((self.matrix_span(b), ld));
         }
-        let staged = stage(scratch, self.rows * self.cols, self.ptr);
+        let staged = stage(scratch, self.rows * self.cols, self.ptr)?;
         self.gather(b, staged);
-        (staged, self.rows.max(1))
+        Ok((staged, self.rows.max(1)))
     }
 
     /// Copies matrix `b` of `self` to matrix `b` of `to` (same shape, any strides); nothing
@@ -236,23 +243,21 @@ impl<T: Copy> Batch<T> {
         fill: T,
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T], usize) -> R,
-    ) -> R {
+    ) -> Result<R> {
         let (rows, cols) = (self.rows, self.cols);
         if let Some(ld) = self.lapack_ld() {
             let span = self.matrix_span(b);
             if rows > 0 {
                 (0..cols).for_each(|j| span[j * ld..j * ld + rows].fill(fill));
             }
-            return f(span, ld);
+            return Ok(f(span, ld));
         }
-        if scratch.len() < rows * cols {
-            scratch.resize(rows * cols, fill);
-        }
+        memory::grow(scratch, rows * cols, fill)?;
         let staged = &mut scratch[..rows * cols];
         staged.fill(fill);
         let result = f(staged, rows.max(1));
         self.scatter(b, staged);
-        result
+        Ok(result)
     }
 
     fn same_layout(&self, other: &Batch<T>) -> bool {
@@ -304,10 +309,10 @@ impl<T: Copy> InOut<T> {
         b: usize,
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T], usize) -> R,
-    ) -> R {
+    ) -> Result<R> {
         if let Some(ld) = self.output.lapack_ld() {
             self.input.copy_to(b, &self.output);
-            return f(self.output.matrix_span(b), ld);
+            return Ok(f(self.output.matrix_span(b), ld));
         }
         self.staged(b, scratch, |a| f(a, self.input.rows.max(1)))
     }
@@ -323,7 +328,7 @@ impl<T: Copy> InOut<T> {
         b: usize,
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T]) -> R,
-    ) -> R {
+    ) -> Result<R> {
         if self.output.lapack_ld() == Some(self.input.rows.max(1)) {
             return self.column_major(b, scratch, |a, _| f(a));
         }
@@ -331,14 +336,19 @@ impl<T: Copy> InOut<T> {
     }
 
     /// `f` on matrix `b` gathered column-major into `scratch`, then scattered to the result.
-    unsafe fn staged<R>(&self, b: usize, scratch: &mut Vec<T>, f: impl FnOnce(&mut [T]) -> R) -> R {
+    unsafe fn staged<R>(
+        &self,
+        b: usize,
+        scratch: &mut Vec<T>,
+        f: impl FnOnce(&mut [T]) -> R,
+    ) -> Result<R> {
         let (rows, cols) = (self.input.rows, self.input.cols);
-        let staged = stage(scratch, rows * cols, self.input.ptr);
+        let staged = stage(scratch, rows * cols, self.input.ptr)?;
         // Where the two are one memory, this reads the result's own elements before writing.
         self.input.gather(b, staged);
         let result = f(staged);
         self.output.scatter(b, staged);
-        result
+        Ok(result)
     }
 
     /// Runs `f(input, output)` on matrix `b` of each, both packed column-major (leading
@@ -354,7 +364,7 @@ impl<T: Copy> InOut<T> {
         b: usize,
         scratch: &mut [Vec<T>; 2],
         f: impl FnOnce(&[T], &mut [T]) -> R,
-    ) -> R {
+    ) -> Result<R> {
         let (rows, len) = (self.input.rows, self.input.rows * self.input.cols);
         let packed = |view: &Batch<T>| view.lapack_ld() == Some(rows.max(1));
         let aliased = std::ptr::eq(self.input.matrix(b), self.output.matrix(b));
@@ -362,17 +372,17 @@ impl<T: Copy> InOut<T> {
         let input: &[T] = if packed(&self.input) && !aliased {
             self.input.matrix_span(b)
         } else {
-            let staged = stage(staged_in, len, self.input.ptr);
+            let staged = stage(staged_in, len, self.input.ptr)?;
             self.input.gather(b, staged);
             staged
         };
         if packed(&self.output) {
-            return f(input, self.output.matrix_span(b));
+            return Ok(f(input, self.output.matrix_span(b)));
         }
-        let staged = stage(staged_out, len, self.input.ptr);
+        let staged = stage(staged_out, len, self.input.ptr)?;
         let result = f(input, staged);
         self.output.scatter(b, staged);
-        result
+        Ok(result)
     }
 
     /// Runs `f(matrices, layout)` on matrices `first..first + count` as one packed array in
@@ -389,7 +399,7 @@ impl<T: Copy> InOut<T> {
         row_major_too: bool,
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T], Layout) -> R,
-    ) -> R {
+    ) -> Result<R> {
         let range = first..first + count;
         let layout = self
             .output
@@ -397,10 +407,10 @@ impl<T: Copy> InOut<T> {
             .filter(|&layout| row_major_too || layout == Layout::ColumnMajor);
         if let (Some(layout), Some(group)) = (layout, self.output.packed_group(first, count)) {
             range.for_each(|b| self.input.copy_to(b, &self.output));
-            return f(group, layout);
+            return Ok(f(group, layout));
         }
         let len = self.input.rows * self.input.cols;
-        let staged = stage(scratch, count * len, self.input.ptr);
+        let staged = stage(scratch, count * len, self.input.ptr)?;
         for (k, b) in range.clone().enumerate() {
             self.input.gather(b, &mut staged[k * len..(k + 1) * len]);
         }
@@ -408,17 +418,15 @@ impl<T: Copy> InOut<T> {
         for (k, b) in range.enumerate() {
             self.output.scatter(b, &staged[k * len..(k + 1) * len]);
         }
-        result
+        Ok(result)
     }
 }
 
 /// `scratch`'s first `len` elements, grown with copies of any element to get there (every
 /// staging overwrites them before reading).
-unsafe fn stage<T: Copy>(scratch: &mut Vec<T>, len: usize, any: *const T) -> &mut [T] {
-    if scratch.len() < len {
-        scratch.resize(len, *any);
-    }
-    &mut scratch[..len]
+unsafe fn stage<T: Copy>(scratch: &mut Vec<T>, len: usize, any: *const T) -> Result<&mut [T]> {
+    memory::grow(scratch, len, *any)?;
+    Ok(&mut scratch[..len])
 }
 
 #[cfg(test)]
@@ -494,7 +502,7 @@ mod tests {
                     a[ld + 2] = -7.0; // element (2, 1)
                     seen
                 });
-                assert_eq!(seen, column_major, "{name}");
+                assert_eq!(seen, Ok(column_major), "{name}");
                 let mut back = vec![0.0; 12];
                 view.gather(1, &mut back);
                 assert_eq!(back[3 + 2], -7.0, "{name}");
@@ -509,7 +517,8 @@ mod tests {
             let mut scratch = vec![5.0; 2];
             // SAFETY: as above.
             unsafe {
-                view.column_major_result(1, 0.0, &mut scratch, |a, ld| a[ld + 2] = -7.0);
+                view.column_major_result(1, 0.0, &mut scratch, |a, ld| a[ld + 2] = -7.0)
+                    .unwrap();
                 let mut back = vec![1.0; 12];
                 view.gather(1, &mut back);
                 let expected: Vec<f64> = (0..12).map(|k| if k == 5 { -7.0 } else { 0.0 }).collect();

@@ -200,14 +200,18 @@ pub fn for_each_parallel(
 
 /// Calls `group(first)` for each run of [`SIMD_GROUP`] items of `range` (the CPU's SIMD
 /// small-matrix routines factor that many matrices at once, one per vector lane) and
-/// `one(item)` for the items left over.
-pub fn by_simd_groups(range: Range<usize>, mut group: impl FnMut(usize), mut one: impl FnMut(usize)) {
+/// `one(item)` for the items left over, up to the first error.
+pub fn by_simd_groups(
+    range: Range<usize>,
+    mut group: impl FnMut(usize) -> Result<()>,
+    one: impl FnMut(usize) -> Result<()>,
+) -> Result<()> {
     let mut first = range.start;
     while first + SIMD_GROUP <= range.end {
-        group(first);
+        group(first)?;
         first += SIMD_GROUP;
     }
-    (first..range.end).for_each(&mut one);
+    (first..range.end).try_for_each(one)
 }
 
 /// Matrices the CPU's SIMD small-matrix routines take at once.

@@ -84,8 +84,12 @@ trait Factors<T>: Copy {
     ///
     /// # Safety
     /// Matrix `b` belongs to the calling task alone.
-    unsafe fn one(&self, b: usize, scratch: &mut Vec<T>, f: impl FnOnce(&mut [T], usize) -> i32)
-        -> i32;
+    unsafe fn one(
+        &self,
+        b: usize,
+        scratch: &mut Vec<T>,
+        f: impl FnOnce(&mut [T], usize) -> i32,
+    ) -> Result<i32>;
     /// Runs `f(group)` on matrices `first..first + SIMD_GROUP`, packed column-major.
     ///
     /// # Safety
@@ -95,7 +99,7 @@ trait Factors<T>: Copy {
         first: usize,
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T]) -> [i32; LANES],
-    ) -> [i32; LANES];
+    ) -> Result<[i32; LANES]>;
 }
 
 /// The operand's matrices, factored in the result (LAPACK's in-place contract).
@@ -108,7 +112,7 @@ impl<T: Copy> Factors<T> for InPlaceFactors<T> {
         b: usize,
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T], usize) -> i32,
-    ) -> i32 {
+    ) -> Result<i32> {
         self.0.column_major(b, scratch, f)
     }
     unsafe fn group(
@@ -116,7 +120,7 @@ impl<T: Copy> Factors<T> for InPlaceFactors<T> {
         first: usize,
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T]) -> [i32; LANES],
-    ) -> [i32; LANES] {
+    ) -> Result<[i32; LANES]> {
         // simd::potf2 reads column-major groups only.
         self.0
             .packed(first, SIMD_GROUP, false, scratch, |group, _| f(group))
@@ -147,20 +151,25 @@ impl<T: LapackScalar> FusedCholesky<'_, T> {
 }
 
 impl<T: LapackScalar> Factors<T> for FusedCholesky<'_, T> {
-    unsafe fn one(&self, b: usize, _: &mut Vec<T>, f: impl FnOnce(&mut [T], usize) -> i32) -> i32 {
-        f(self.prepare(b), self.n.max(1))
+    unsafe fn one(
+        &self,
+        b: usize,
+        _: &mut Vec<T>,
+        f: impl FnOnce(&mut [T], usize) -> i32,
+    ) -> Result<i32> {
+        Ok(f(self.prepare(b), self.n.max(1)))
     }
     unsafe fn group(
         &self,
         first: usize,
         _: &mut Vec<T>,
         f: impl FnOnce(&mut [T]) -> [i32; LANES],
-    ) -> [i32; LANES] {
+    ) -> Result<[i32; LANES]> {
         (first..first + SIMD_GROUP).for_each(|b| {
             self.prepare(b);
         });
         let len = self.n * self.n;
-        f(self.out.slice(first * len, SIMD_GROUP * len))
+        Ok(f(self.out.slice(first * len, SIMD_GROUP * len)))
     }
 }
 
@@ -197,8 +206,7 @@ fn factor_batch<T: LapackScalar, F: Factors<T> + Sync>(
             })
         };
         if lapack.is_some() {
-            range.for_each(|b| done(b, one(b, &mut staged)));
-            return Ok(());
+            return range.into_iter().try_for_each(|b| Ok(done(b, one(b, &mut staged)?)));
         }
         let mut lane_scratch = vec![<T as Scalar>::ZERO; SIMD_GROUP * n * n];
         let mut staged_group = Vec::new();
@@ -212,12 +220,12 @@ fn factor_batch<T: LapackScalar, F: Factors<T> + Sync>(
                         simd::potf2(group, n, lower, &mut info, &mut lane_scratch);
                         info
                     })
-                };
+                }?;
                 (0..SIMD_GROUP).for_each(|lane| done(first + lane, info[lane]));
+                Ok(())
             },
-            |b| done(b, one(b, &mut staged)),
-        );
-        Ok(())
+            |b| Ok(done(b, one(b, &mut staged)?)),
+        )
     })
 }
 

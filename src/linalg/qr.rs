@@ -7,6 +7,7 @@ use super::matrix::{Batch, InOut};
 use super::parallel::{for_each_chunk, for_each_parallel, Pool, SharedMut};
 use super::{lapack_int, query_lwork, routine, LapackScalar};
 use crate::error::{Error, Result};
+use crate::memory;
 use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
 use ferrax_kernels::small::qr as small_qr;
 use num_complex::Complex;
@@ -49,14 +50,14 @@ fn lapack_each<T: LapackScalar>(
     call: &(dyn Fn(usize, *mut T, &i32, *mut T, &mut i32) + Sync),
 ) -> Result<()> {
     for_each_chunk(pool, a.input.count(), flops, &|range| {
-        let mut work = vec![T::default(); lwork as usize];
+        let mut work = memory::vec_of(lwork as usize, T::default())?;
         let (mut staged, mut info) = (Vec::new(), 0);
         for b in range {
             // SAFETY: matrix `b` belongs to this task alone.
             unsafe {
                 a.column_major(b, &mut staged, |a, ld| {
                     call(b, a.as_mut_ptr(), &(ld as i32), work.as_mut_ptr(), &mut info)
-                })
+                })?
             };
             check_info(routine, info)?;
         }
@@ -95,7 +96,7 @@ pub fn geqrf<T: LapackScalar>(pool: &dyn Pool, a: InOut<T>, tau: &mut [T]) -> Re
             // packed matrices, so the matrix is staged unless it is packed.
             unsafe {
                 let tau = tau.slice(b * k, k);
-                a.packed_column_major(b, &mut staged, |a| small_qr::geqr2(a, rows, cols, tau));
+                a.packed_column_major(b, &mut staged, |a| small_qr::geqr2(a, rows, cols, tau))?;
             }
             Ok(())
         });
@@ -142,7 +143,7 @@ pub fn orgqr<T: LapackScalar>(pool: &dyn Pool, a: InOut<T>, k: usize, tau: &[T])
             unsafe {
                 a.column_major(b, &mut staged, |a, ld| {
                     small_qr::org2r(a, rows, cols, ld, k, &tau[b * k..(b + 1) * k])
-                })
+                })?
             };
             Ok(())
         });
@@ -237,11 +238,11 @@ pub fn ormqr<T: LapackScalar>(
     let flops = (rows * cols).saturating_mul(4 * k);
     let used = a.leading_columns(k);
     for_each_chunk(pool, count, flops, &|range| {
-        let mut work = vec![T::default(); lwork as usize];
+        let mut work = memory::vec_of(lwork as usize, T::default())?;
         // ?ormqr (through ?orm2r) sets each reflector's diagonal element to 1 while it applies
         // it, restoring it after. Other ops of the executable may read `a` meanwhile (stock
         // jaxlib's target races with them there), so LAPACK gets a copy of the k columns.
-        let mut reflectors = vec![T::default(); q_order * k];
+        let mut reflectors = memory::vec_of(q_order * k, T::default())?;
         let (mut staged, mut info) = (Vec::new(), 0);
         for b in range {
             // SAFETY: matrix `b` of `c` is written by this task alone; LAPACK uses the `k`
@@ -266,7 +267,7 @@ pub fn ormqr<T: LapackScalar>(
                         &lwork,
                         &mut info,
                     )
-                })
+                })?
             };
             check_info("ormqr", info)?;
         }
@@ -321,8 +322,8 @@ pub fn geqp3<T: LapackScalar + Geqp3Scalar>(
     let rwork_len = T::RWORK_PER_COLUMN * cols;
     let flops = (rows * cols).saturating_mul(2 * k);
     for_each_chunk(pool, count, flops, &|range| {
-        let mut work = vec![T::default(); lwork as usize];
-        let mut rwork = vec![<Real<T>>::default(); rwork_len];
+        let mut work = memory::vec_of(lwork as usize, T::default())?;
+        let mut rwork = memory::vec_of(rwork_len, <Real<T>>::default())?;
         let (mut staged, mut info) = (Vec::new(), 0);
         for b in range {
             // SAFETY: matrix `b`, its pivots and its taus are written by this task alone;
@@ -343,7 +344,7 @@ pub fn geqp3<T: LapackScalar + Geqp3Scalar>(
                         rwork.as_mut_ptr(),
                         &mut info,
                     )
-                })
+                })?
             };
             check_info("geqp3", info)?;
         }
@@ -494,12 +495,13 @@ pub fn qr<T: LapackScalar>(
     for_each_chunk(pool, count, flops, &|range| {
         // Column-major workspace for A, then Q: Q's columns past A's need no zeros (jax pads R
         // with them), `?orgqr` and `org2r` set every column past the k reflectors themselves.
-        let mut w_raw = vec![T::default(); rows * rows.max(cols) + 64];
+        let w_len = memory::product("QR workspace", &[rows, rows.max(cols)])?;
+        let mut w_raw = memory::vec_of(w_len.saturating_add(64), T::default())?;
         let skip = w_raw.as_ptr().align_offset(64);
-        let w = &mut w_raw[skip..skip + rows * rows.max(cols)];
-        let mut upper = vec![T::default(); r_len];
-        let mut tau = vec![T::default(); k];
-        let mut work = vec![T::default(); lapack.map_or(0, |l| l.2 as usize)];
+        let w = &mut w_raw[skip..skip + w_len];
+        let mut upper = memory::vec_of(r_len, T::default())?;
+        let mut tau = memory::vec_of(k, T::default())?;
+        let mut work = memory::vec_of(lapack.map_or(0, |l| l.2 as usize), T::default())?;
         let mut info = 0;
         for b in range {
             if k == 0 {

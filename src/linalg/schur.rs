@@ -6,6 +6,7 @@ use super::matrix::{Batch, InOut};
 use super::parallel::{for_each_chunk, Pool, SharedMut};
 use super::{lapack_int, query_lwork, routine, LapackScalar};
 use crate::error::{Error, Result};
+use crate::memory;
 use ferrax_cpu_fallback::{ComplexLapack, GeesComplex, GeesReal, Real, RealLapack};
 use num_complex::Complex;
 use std::ffi::c_char;
@@ -60,7 +61,7 @@ pub fn gees<T: Gees>(
     // Roughly the Hessenberg reduction and QR iterations.
     let flops = order.saturating_pow(3).saturating_mul(10);
     for_each_chunk(pool, count, flops, &|range| {
-        let mut ws = T::workspace(&jobs, lwork);
+        let mut ws = T::workspace(&jobs, lwork)?;
         let (mut staged_a, mut staged_w, mut staged_vs) = (Vec::new(), Vec::new(), Vec::new());
         for b in range {
             // SAFETY: matrix `b` of each operand and result, which this task alone touches,
@@ -81,7 +82,7 @@ pub fn gees<T: Gees>(
                             T::gees(gees, &jobs, matrix, &mut ws)
                         })
                     })
-                });
+                })?;
             }
         }
         Ok(())
@@ -125,7 +126,7 @@ pub struct Workspace<T: Gees> {
 pub trait Gees: LapackScalar {
     type Routine: Copy + Send + Sync;
     fn routine() -> Result<Self::Routine>;
-    fn workspace(jobs: &Jobs, lwork: i32) -> Workspace<Self>;
+    fn workspace(jobs: &Jobs, lwork: i32) -> Result<Workspace<Self>>;
     /// # Safety
     /// A workspace query: `work` has room for one element.
     unsafe fn query(
@@ -154,13 +155,13 @@ macro_rules! gees_real {
                 routine(<$t as RealLapack>::gees())
             }
 
-            fn workspace(c: &Jobs, lwork: i32) -> Workspace<Self> {
-                Workspace {
-                    work: vec![0.0; lwork as usize],
+            fn workspace(c: &Jobs, lwork: i32) -> Result<Workspace<Self>> {
+                Ok(Workspace {
+                    work: memory::vec_of(lwork as usize, 0.0)?,
                     lwork,
                     rwork: Vec::new(),
-                    bwork: vec![0; c.n as usize],
-                }
+                    bwork: memory::vec_of(c.n as usize, 0)?,
+                })
             }
 
             unsafe fn query(
@@ -208,14 +209,14 @@ macro_rules! gees_complex {
                 routine(<Complex<$t> as ComplexLapack>::gees())
             }
 
-            fn workspace(c: &Jobs, lwork: i32) -> Workspace<Self> {
+            fn workspace(c: &Jobs, lwork: i32) -> Result<Workspace<Self>> {
                 let n = c.n as usize;
-                Workspace {
-                    work: vec![Complex::default(); lwork as usize],
+                Ok(Workspace {
+                    work: memory::vec_of(lwork as usize, Complex::default())?,
                     lwork,
-                    rwork: vec![0.0; n],
-                    bwork: vec![0; n],
-                }
+                    rwork: memory::vec_of(n, 0.0)?,
+                    bwork: memory::vec_of(n, 0)?,
+                })
             }
 
             unsafe fn query(

@@ -7,6 +7,7 @@ use super::matrix::Batch;
 use super::parallel::{for_each_chunk, Pool, SharedMut};
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
+use crate::memory;
 use ferrax_cpu_fallback::{ComplexLapack, GesddComplex, GesddReal, Lapack, Real, RealLapack};
 use ferrax_cpu_fallback::{GesvdComplex, GesvdReal};
 use num_complex::Complex;
@@ -125,7 +126,7 @@ pub fn svd<T: Svd>(
                 unsafe {
                     factor.column_major_result(b, T::ZERO, &mut staged, |f, ld| {
                         (0..factor.rows().min(factor.cols())).for_each(|i| f[i * ld + i] = T::ONE)
-                    })
+                    })?
                 };
             }
         }
@@ -146,9 +147,9 @@ pub fn svd<T: Svd>(
     let flops = (rows * cols).saturating_mul(4 * k).max(1);
     for_each_chunk(pool, count, flops, &|range| {
         let mut workspace = Workspace::<T> {
-            work: vec![T::default(); lwork as usize],
-            rwork: vec![<Real<T>>::default(); rwork_len],
-            iwork: vec![0; iwork_len],
+            work: memory::vec_of(lwork as usize, T::default())?,
+            rwork: memory::vec_of(rwork_len, <Real<T>>::default())?,
+            iwork: memory::vec_of(iwork_len, 0)?,
         };
         let (mut staged_a, mut staged_u, mut staged_vt) = (Vec::new(), Vec::new(), Vec::new());
         // Not referenced by LAPACK without vectors.
@@ -184,9 +185,9 @@ pub fn svd<T: Svd>(
                                 vt.column_major_result(b, T::ZERO, &mut staged_vt, |vt, ldvt| {
                                     lapack(u, ldu, vt, ldvt)
                                 })
-                            })
+                            })?
                         }
-                        _ => lapack(&mut no_u, 1, &mut no_vt, 1),
+                        _ => Ok(lapack(&mut no_u, 1, &mut no_vt, 1)),
                     }
                 };
                 match a_out {
@@ -195,15 +196,13 @@ pub fn svd<T: Svd>(
                             input: a,
                             output: a_out,
                         };
-                        a.column_major(b, &mut staged_a, decompose)
+                        a.column_major(b, &mut staged_a, decompose)??
                     }
                     None => {
-                        if staged_a.len() < rows * cols {
-                            staged_a.resize(rows * cols, T::ZERO);
-                        }
+                        memory::grow(&mut staged_a, rows * cols, T::ZERO)?;
                         let staged = &mut staged_a[..rows * cols];
                         a.gather(b, staged);
-                        decompose(staged, rows)
+                        decompose(staged, rows)?
                     }
                 }
             }

@@ -7,6 +7,7 @@ use super::matrix::InOut;
 use super::parallel::{for_each_chunk, Pool, SharedMut};
 use super::{lapack_int, query_lwork, routine, LapackScalar};
 use crate::error::{Error, Result};
+use crate::memory;
 use ferrax_cpu_fallback::Real;
 use ferrax_kernels::small::eigh as small_eigh;
 
@@ -71,7 +72,7 @@ pub fn sytrd<T: LapackScalar>(
                     );
                     a.packed_column_major(b, &mut staged, |a| {
                         small_eigh::sytd2(a, order, lower, d, e, tau, &mut scratch)
-                    });
+                    })?;
                     *info.at(b) = 0;
                 }
             }
@@ -97,7 +98,7 @@ pub fn sytrd<T: LapackScalar>(
         )
     })?;
     for_each_chunk(pool, count, flops, &|range| {
-        let mut work = vec![T::default(); lwork as usize];
+        let mut work = memory::vec_of(lwork as usize, T::default())?;
         let mut staged = Vec::new();
         for b in range {
             // SAFETY: matrix `b`, its d, e, taus and info, which this task alone touches;
@@ -118,7 +119,7 @@ pub fn sytrd<T: LapackScalar>(
                         &lwork,
                         info.at(b),
                     )
-                })
+                })?
             };
         }
         Ok(())

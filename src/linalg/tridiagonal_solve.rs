@@ -5,6 +5,7 @@ use super::matrix::InOut;
 use super::parallel::{for_each_chunk, for_each_parallel, Pool, SharedMut};
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
+use crate::memory;
 use ferrax_kernels::scalar::Scalar as KernelScalar;
 use ferrax_kernels::tridiagonal;
 
@@ -71,7 +72,7 @@ pub fn gtsv<T: LapackScalar>(
                     &(ld as i32),
                     info.at(i),
                 )
-            })
+            })?
         };
         Ok(())
     })
@@ -97,7 +98,7 @@ pub fn solve_perturbed<T: PerturbedScalar>(
     let workspace_len = tridiagonal::workspace_len(rows, cols);
     let flops = rows.saturating_mul(cols.saturating_mul(8).saturating_add(10));
     for_each_chunk(pool, count, flops, &|range| {
-        let mut workspace = vec![<T as KernelScalar>::ZERO; workspace_len];
+        let mut workspace = memory::vec_of(workspace_len, <T as KernelScalar>::ZERO)?;
         let mut staged = [Vec::new(), Vec::new()];
         for i in range {
             let diagonals = i * rows..(i + 1) * rows;
@@ -112,7 +113,7 @@ pub fn solve_perturbed<T: PerturbedScalar>(
                         x,
                         &mut workspace,
                     )
-                })
+                })?
             };
         }
         Ok(())

@@ -72,10 +72,10 @@ pub fn trsm<T: LapackScalar>(
             let (mut staged_a, mut staged_b) = (Vec::new(), Vec::new());
             // SAFETY: matrix pair `i`, which this task alone touches (`a` is only read).
             unsafe {
-                let (a, lda) = a.column_major(i, &mut staged_a);
+                let (a, lda) = a.column_major(i, &mut staged_a)?;
                 b.column_major(i, &mut staged_b, |b, ldb| {
                     small::trsm(left, lower, transpose, unit, rows, cols, a, lda, b, ldb)
-                });
+                })?;
             }
             Ok(())
         });
@@ -92,7 +92,7 @@ pub fn trsm<T: LapackScalar>(
         // SAFETY: matrix pair `i`, which this task alone touches (`a` is only read); BLAS
         // reads the k×k `a` and reads and writes the m×n `b` with their leading dimensions.
         unsafe {
-            let (a, lda) = a.column_major(i, &mut staged_a);
+            let (a, lda) = a.column_major(i, &mut staged_a)?;
             b.column_major(i, &mut staged_b, |b, ldb| {
                 let one = <T as Scalar>::ONE;
                 let (lda, ldb) = (lda as i32, ldb as i32);
@@ -109,7 +109,7 @@ pub fn trsm<T: LapackScalar>(
                     b.as_mut_ptr(),
                     &ldb,
                 )
-            });
+            })?;
         }
         Ok(())
     })

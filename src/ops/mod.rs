@@ -10,8 +10,8 @@ macro_rules! families {
     ($($family:ident),* $(,)?) => {
         $(pub mod $family;)*
 
-        /// Every handler ferrax registers, for `ferrax_targets`.
-        pub(crate) fn handlers() -> impl Iterator<Item = &'static Registration> {
+        /// Every handler ferrax registers, for `ferrax_targets` (and the call-frame fuzzer).
+        pub fn handlers() -> impl Iterator<Item = &'static Registration> {
             [$($family::HANDLERS),*].into_iter().flatten().flat_map(|h| h.iter())
         }
     };

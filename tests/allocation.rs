@@ -1,0 +1,382 @@
+//! Sizes that cannot be met are errors, not aborts: each C ABI family gets one order whose
+//! staging copy cannot be allocated (a row-major 2^20 × 2^20 f64 matrix, 8 TiB, which LAPACK
+//! needs column-major), in memory that is only reserved, never touched; and batches whose
+//! byte size is past the address space. Every call must return -1 with a message naming the
+//! function and what could not be had, and the process must live to check it.
+//!
+//! Needs LAPACK (FERRAX_TEST_LAPACK, set by scripts/test), since the staging happens on the
+//! LAPACK paths, and the kernel's default overcommit heuristic (or none), under which an
+//! allocation larger than the machine's memory fails at once.
+
+use num_complex::Complex;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::ptr::{null, null_mut};
+
+// The exported symbols live in the ferrax rlib; naming the crate keeps it linked.
+use ferrax as _;
+
+#[path = "common/reserved.rs"]
+mod reserved;
+use reserved::{resident_kib, Reserved};
+
+const ROW: c_int = 101;
+type C64 = Complex<f64>;
+
+extern "C" {
+    fn ferrax_lapack_load_library(path: *const c_char, error: *mut c_char, len: usize) -> c_int;
+    fn ferrax_last_error() -> *const c_char;
+    fn ferrax_dgetrf(
+        l: c_int,
+        b: i64,
+        m: i32,
+        n: i32,
+        a: *mut f64,
+        lda: i32,
+        ipiv: *mut i32,
+        info: *mut i32,
+    ) -> c_int;
+    fn ferrax_dgeqrf(
+        l: c_int,
+        b: i64,
+        m: i32,
+        n: i32,
+        a: *mut f64,
+        lda: i32,
+        tau: *mut f64,
+    ) -> c_int;
+    fn ferrax_dorgqr(
+        l: c_int,
+        b: i64,
+        m: i32,
+        n: i32,
+        k: i32,
+        a: *mut f64,
+        lda: i32,
+        tau: *const f64,
+    ) -> c_int;
+    fn ferrax_dtrsm(
+        l: c_int,
+        b: i64,
+        side: c_char,
+        uplo: c_char,
+        trans: c_char,
+        diag: c_char,
+        m: i32,
+        n: i32,
+        a: *const f64,
+        lda: i32,
+        x: *mut f64,
+        ldb: i32,
+    ) -> c_int;
+    fn ferrax_dgesdd(
+        l: c_int,
+        b: i64,
+        jobz: c_char,
+        m: i32,
+        n: i32,
+        a: *mut f64,
+        lda: i32,
+        s: *mut f64,
+        u: *mut f64,
+        ldu: i32,
+        vt: *mut f64,
+        ldvt: i32,
+        info: *mut i32,
+    ) -> c_int;
+    fn ferrax_dsyevd(
+        l: c_int,
+        b: i64,
+        jobz: c_char,
+        uplo: c_char,
+        n: i32,
+        a: *mut f64,
+        lda: i32,
+        w: *mut f64,
+        info: *mut i32,
+    ) -> c_int;
+    fn ferrax_dgehrd(
+        l: c_int,
+        b: i64,
+        n: i32,
+        ilo: i32,
+        ihi: i32,
+        a: *mut f64,
+        lda: i32,
+        tau: *mut f64,
+        info: *mut i32,
+    ) -> c_int;
+    fn ferrax_dsytrd(
+        l: c_int,
+        b: i64,
+        uplo: c_char,
+        n: i32,
+        a: *mut f64,
+        lda: i32,
+        d: *mut f64,
+        e: *mut f64,
+        tau: *mut f64,
+        info: *mut i32,
+    ) -> c_int;
+    fn ferrax_dgeev(
+        l: c_int,
+        b: i64,
+        jobvl: c_char,
+        jobvr: c_char,
+        n: i32,
+        a: *mut f64,
+        lda: i32,
+        w: *mut C64,
+        vl: *mut C64,
+        ldvl: i32,
+        vr: *mut C64,
+        ldvr: i32,
+        info: *mut i32,
+    ) -> c_int;
+    fn ferrax_dgees(
+        l: c_int,
+        b: i64,
+        jobvs: c_char,
+        n: i32,
+        a: *mut f64,
+        lda: i32,
+        w: *mut C64,
+        vs: *mut f64,
+        ldvs: i32,
+        info: *mut i32,
+    ) -> c_int;
+    fn ferrax_dgtsv(
+        l: c_int,
+        b: i64,
+        n: i32,
+        nrhs: i32,
+        dl: *mut f64,
+        d: *mut f64,
+        du: *mut f64,
+        x: *mut f64,
+        ldb: i32,
+        info: *mut i32,
+    ) -> c_int;
+    fn ferrax_dcsrmm(
+        rows: i64,
+        cols: i64,
+        nnz: i64,
+        data: *const f64,
+        indptr: *const i32,
+        indices: *const i32,
+        n: i64,
+        rhs: *const f64,
+        out: *mut f64,
+    ) -> c_int;
+}
+
+fn load_lapack() {
+    let path = std::env::var("FERRAX_TEST_LAPACK")
+        .expect("FERRAX_TEST_LAPACK: the LAPACK library (scripts/test sets it)");
+    let path = CString::new(path).unwrap();
+    let mut error = [0 as c_char; 256];
+    // SAFETY: a NUL-terminated path and a buffer of the length given.
+    let found = unsafe { ferrax_lapack_load_library(path.as_ptr(), error.as_mut_ptr(), 256) };
+    assert!(
+        found > 0,
+        "{}",
+        unsafe { CStr::from_ptr(error.as_ptr()) }.to_string_lossy()
+    );
+}
+
+/// Asserts that `rc` is a failure whose message names `function` and every fragment.
+#[track_caller]
+fn assert_refused(function: &str, rc: c_int, fragments: &[&str]) {
+    // SAFETY: the library's NUL-terminated, thread-local message.
+    let message = unsafe { CStr::from_ptr(ferrax_last_error()) }
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(rc, -1, "{function} returned {rc} ({message})");
+    assert!(
+        message.starts_with(&format!("{function}: ")),
+        "{function}: {message}"
+    );
+    for fragment in fragments {
+        assert!(
+            message.contains(fragment),
+            "{function}: {message:?} lacks {fragment:?}"
+        );
+    }
+}
+
+#[test]
+fn orders_whose_staging_cannot_be_allocated_are_errors() {
+    if !reserved::allocations_past_memory_fail() {
+        return;
+    }
+    load_lapack();
+    const N: i32 = 1 << 20;
+    let n = N as usize;
+    let cannot = "cannot allocate 8796093022208 bytes";
+    // The matrices, in reserved address space; the vector outputs are real and small.
+    let (a, b) = (Reserved::new(n * n * 8), Reserved::new(n * n * 8));
+    let (mut v1, mut v2, mut v3) = (vec![0.0f64; n], vec![0.0f64; n], vec![0.0f64; n]);
+    let mut w = vec![C64::default(); n];
+    let (mut ipiv, mut info) = (vec![0i32; n], [0i32; 1]);
+    let before = resident_kib();
+    let (a, x) = (a.at::<f64>(), b.at::<f64>());
+    // SAFETY (every call): the arrays have the sizes each function reads and writes.
+    unsafe {
+        let (v1, v2, v3) = (v1.as_mut_ptr(), v2.as_mut_ptr(), v3.as_mut_ptr());
+        let (ipiv, info) = (ipiv.as_mut_ptr(), info.as_mut_ptr());
+        assert_refused(
+            "ferrax_dgetrf",
+            ferrax_dgetrf(ROW, 1, N, N, a, N, ipiv, info),
+            &[cannot],
+        );
+        assert_refused(
+            "ferrax_dgeqrf",
+            ferrax_dgeqrf(ROW, 1, N, N, a, N, v1),
+            &[cannot],
+        );
+        assert_refused(
+            "ferrax_dorgqr",
+            ferrax_dorgqr(ROW, 1, N, N, N, a, N, v1),
+            &[cannot],
+        );
+        assert_refused(
+            "ferrax_dtrsm",
+            ferrax_dtrsm(
+                ROW,
+                1,
+                b'L' as c_char,
+                b'L' as c_char,
+                b'N' as c_char,
+                b'N' as c_char,
+                N,
+                N,
+                a,
+                N,
+                x,
+                N,
+            ),
+            &[cannot],
+        );
+        assert_refused(
+            "ferrax_dgesdd",
+            ferrax_dgesdd(
+                ROW,
+                1,
+                b'N' as c_char,
+                N,
+                N,
+                a,
+                N,
+                v1,
+                null_mut(),
+                1,
+                null_mut(),
+                1,
+                info,
+            ),
+            &[cannot],
+        );
+        assert_refused(
+            "ferrax_dsyevd",
+            ferrax_dsyevd(ROW, 1, b'N' as c_char, b'L' as c_char, N, a, N, v1, info),
+            &[cannot],
+        );
+        assert_refused(
+            "ferrax_dgehrd",
+            ferrax_dgehrd(ROW, 1, N, 1, N, a, N, v1, info),
+            &[cannot],
+        );
+        assert_refused(
+            "ferrax_dsytrd",
+            ferrax_dsytrd(ROW, 1, b'L' as c_char, N, a, N, v1, v2, v3, info),
+            &[cannot],
+        );
+        assert_refused(
+            "ferrax_dgeev",
+            ferrax_dgeev(
+                ROW,
+                1,
+                b'N' as c_char,
+                b'N' as c_char,
+                N,
+                a,
+                N,
+                w.as_mut_ptr(),
+                null_mut(),
+                1,
+                null_mut(),
+                1,
+                info,
+            ),
+            &[cannot],
+        );
+        assert_refused(
+            "ferrax_dgees",
+            ferrax_dgees(
+                ROW,
+                1,
+                b'N' as c_char,
+                N,
+                a,
+                N,
+                w.as_mut_ptr(),
+                null_mut(),
+                1,
+                info,
+            ),
+            &[cannot],
+        );
+        assert_refused(
+            "ferrax_dgtsv",
+            ferrax_dgtsv(ROW, 1, N, N, v1, v2, v3, x, N, info),
+            &[cannot],
+        );
+        // The product is computed aside before it is copied out: `n` columns of 2^20 rows.
+        let (indptr, one) = (vec![0i32; n + 1], [0.0f64]);
+        let rc = ferrax_dcsrmm(
+            N.into(),
+            1,
+            0,
+            one.as_ptr(),
+            indptr.as_ptr(),
+            null(),
+            N.into(),
+            x,
+            a,
+        );
+        assert_refused("ferrax_dcsrmm", rc, &[cannot]);
+    }
+    let grown = resident_kib().saturating_sub(before);
+    assert!(
+        grown < 1 << 20,
+        "the calls touched {grown} KiB of the reserved matrices"
+    );
+}
+
+#[test]
+fn batches_past_the_address_space_are_errors() {
+    let (mut a, mut ipiv, mut info) = ([0.0f64; 16], [0i32; 4], [0i32; 1]);
+    for batch in [1i64 << 59, 1 << 62, i64::MAX] {
+        // SAFETY: the call is refused before it reads or writes anything.
+        let rc = unsafe {
+            ferrax_dgetrf(
+                ROW,
+                batch,
+                4,
+                4,
+                a.as_mut_ptr(),
+                4,
+                ipiv.as_mut_ptr(),
+                info.as_mut_ptr(),
+            )
+        };
+        assert_refused(
+            "ferrax_dgetrf",
+            rc,
+            &[
+                &format!("a: {batch} x 4 x 4 elements of 8 bytes"),
+                "past the address space",
+            ],
+        );
+    }
+    assert_eq!(a, [0.0; 16], "a refused call wrote its operand");
+}
