@@ -40,8 +40,16 @@ def sentinel(dtype) -> np.ndarray:
     return np.array(SENTINEL * (1 + 1j) if dtype.kind == "c" else SENTINEL).astype(dtype)
 
 
+# Set by scripts/asan: the C ABI's calls then run under AddressSanitizer on a library built with
+# it, in the processes this module starts (the C drivers, and the ctypes interpreters, which load
+# neither jax nor ferrax's package); pytest's own process keeps the plain library.
+SANITIZED_LIBRARY = os.environ.get("FERRAX_SANITIZED_LIBRARY")
+SANITIZER_ENV = {"LD_PRELOAD": os.environ["FERRAX_SANITIZER_RUNTIME"],
+                 "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1"} if SANITIZED_LIBRARY else {}
+
+
 def ferrax_path() -> str:
-    return _library.library()._name
+    return SANITIZED_LIBRARY or _library.library()._name
 
 
 def openblas_path() -> str:
@@ -310,14 +318,22 @@ def run_checked(command, **kwargs):
         f"{command} exited with {proc.returncode}:\n{proc.stdout}{proc.stderr}")
 
 
+def compile_c(source: str, program: pathlib.Path, *libraries: str) -> None:
+    """Compiles a driver of tests/c/ with the header, every warning an error (and under
+    AddressSanitizer for scripts/asan)."""
+    flags = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"] if SANITIZED_LIBRARY else []
+    run_checked(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", *flags, "-I", "include", source,
+                 "-ldl", *libraries, "-o", str(program)], cwd=REPO)
+
+
 @pytest.fixture(scope="module")
 def c_run(tmp_path_factory) -> CRun:
     tmp = tmp_path_factory.mktemp("capi_check")
     program, out = tmp / "capi_check", tmp / "out"
     out.mkdir()
-    run_checked(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", "include",
-                 "tests/c/capi_check.c", "-ldl", "-o", str(program)], cwd=REPO)
-    run_checked([str(program), ferrax_path(), openblas_path(), str(out)])
+    compile_c("tests/c/capi_check.c", program)
+    run_checked([str(program), ferrax_path(), openblas_path(), str(out)],
+                env={**os.environ, **SANITIZER_ENV})
     run = CRun({}, {}, {})
     for line in (out / "manifest.txt").read_text().splitlines():
         name, dtype, shape, layout, ld = line.split()
@@ -633,7 +649,7 @@ def capi(run_python, tmp_path):
         np.savez(tmp_path / "arrays.npz", **arrays)
         (tmp_path / "calls.json").write_text(json.dumps(spec))
         run_python(_WORKER, ferrax_path(), openblas_path(), str(tmp_path), str(threads),
-                   str(rounds), timeout=600)
+                   str(rounds), env=SANITIZER_ENV, timeout=600)
         with np.load(tmp_path / "arrays_out.npz") as out:
             for key, array in arrays.items():
                 np.copyto(array, out[key])

@@ -9,13 +9,16 @@ row-major semantics. It also makes invalid calls, which must return with a messa
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import scipy.linalg
 import scipy.linalg.lapack
 
-from test_capi import (REPO, check_geqrf, check_gesdd, check_getrf, check_orgqr, check_potrf,
-                       check_syevd, check_trsm, ferrax_path, openblas_path, run_checked)
+from test_capi import (check_geqrf, check_gesdd, check_getrf, check_orgqr, check_potrf,
+                       check_syevd, check_trsm, compile_c, ferrax_path, openblas_path,
+                       run_checked, SANITIZER_ENV)
 
 DTYPES = {"f8": "<f8", "c16": "<c16", "i4": "<i4"}
 
@@ -26,9 +29,9 @@ def c_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("catalyst_check")
     program, out = tmp / "catalyst_check", tmp / "out"
     out.mkdir()
-    run_checked(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", "include",
-                 "tests/c/catalyst_check.c", "-ldl", "-lm", "-o", str(program)], cwd=REPO)
-    run_checked([str(program), ferrax_path(), openblas_path(), str(out)])
+    compile_c("tests/c/catalyst_check.c", program, "-lm")
+    run_checked([str(program), ferrax_path(), openblas_path(), str(out)],
+                env={**os.environ, **SANITIZER_ENV})
     arrays = {}
     for line in (out / "manifest.txt").read_text().splitlines():
         name, dtype, shape = line.split()
