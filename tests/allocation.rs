@@ -8,188 +8,24 @@
 //! LAPACK paths, and the kernel's default overcommit heuristic (or none), under which an
 //! allocation larger than the machine's memory fails at once.
 
-use num_complex::Complex;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int};
 use std::ptr::{null, null_mut};
 
-// The exported symbols live in the ferrax rlib; naming the crate keeps it linked.
-use ferrax as _;
-
+#[path = "common/capi.rs"]
+mod capi;
 #[path = "common/reserved.rs"]
 mod reserved;
+use capi::*;
+use num_complex::Complex;
 use reserved::{resident_kib, Reserved};
 
 const ROW: c_int = 101;
 type C64 = Complex<f64>;
 
-extern "C" {
-    fn ferrax_lapack_load_library(path: *const c_char, error: *mut c_char, len: usize) -> c_int;
-    fn ferrax_last_error() -> *const c_char;
-    fn ferrax_dgetrf(
-        l: c_int,
-        b: i64,
-        m: i32,
-        n: i32,
-        a: *mut f64,
-        lda: i32,
-        ipiv: *mut i32,
-        info: *mut i32,
-    ) -> c_int;
-    fn ferrax_dgeqrf(
-        l: c_int,
-        b: i64,
-        m: i32,
-        n: i32,
-        a: *mut f64,
-        lda: i32,
-        tau: *mut f64,
-    ) -> c_int;
-    fn ferrax_dorgqr(
-        l: c_int,
-        b: i64,
-        m: i32,
-        n: i32,
-        k: i32,
-        a: *mut f64,
-        lda: i32,
-        tau: *const f64,
-    ) -> c_int;
-    fn ferrax_dtrsm(
-        l: c_int,
-        b: i64,
-        side: c_char,
-        uplo: c_char,
-        trans: c_char,
-        diag: c_char,
-        m: i32,
-        n: i32,
-        a: *const f64,
-        lda: i32,
-        x: *mut f64,
-        ldb: i32,
-    ) -> c_int;
-    fn ferrax_dgesdd(
-        l: c_int,
-        b: i64,
-        jobz: c_char,
-        m: i32,
-        n: i32,
-        a: *mut f64,
-        lda: i32,
-        s: *mut f64,
-        u: *mut f64,
-        ldu: i32,
-        vt: *mut f64,
-        ldvt: i32,
-        info: *mut i32,
-    ) -> c_int;
-    fn ferrax_dsyevd(
-        l: c_int,
-        b: i64,
-        jobz: c_char,
-        uplo: c_char,
-        n: i32,
-        a: *mut f64,
-        lda: i32,
-        w: *mut f64,
-        info: *mut i32,
-    ) -> c_int;
-    fn ferrax_dgehrd(
-        l: c_int,
-        b: i64,
-        n: i32,
-        ilo: i32,
-        ihi: i32,
-        a: *mut f64,
-        lda: i32,
-        tau: *mut f64,
-        info: *mut i32,
-    ) -> c_int;
-    fn ferrax_dsytrd(
-        l: c_int,
-        b: i64,
-        uplo: c_char,
-        n: i32,
-        a: *mut f64,
-        lda: i32,
-        d: *mut f64,
-        e: *mut f64,
-        tau: *mut f64,
-        info: *mut i32,
-    ) -> c_int;
-    fn ferrax_dgeev(
-        l: c_int,
-        b: i64,
-        jobvl: c_char,
-        jobvr: c_char,
-        n: i32,
-        a: *mut f64,
-        lda: i32,
-        w: *mut C64,
-        vl: *mut C64,
-        ldvl: i32,
-        vr: *mut C64,
-        ldvr: i32,
-        info: *mut i32,
-    ) -> c_int;
-    fn ferrax_dgees(
-        l: c_int,
-        b: i64,
-        jobvs: c_char,
-        n: i32,
-        a: *mut f64,
-        lda: i32,
-        w: *mut C64,
-        vs: *mut f64,
-        ldvs: i32,
-        info: *mut i32,
-    ) -> c_int;
-    fn ferrax_dgtsv(
-        l: c_int,
-        b: i64,
-        n: i32,
-        nrhs: i32,
-        dl: *mut f64,
-        d: *mut f64,
-        du: *mut f64,
-        x: *mut f64,
-        ldb: i32,
-        info: *mut i32,
-    ) -> c_int;
-    fn ferrax_dcsrmm(
-        rows: i64,
-        cols: i64,
-        nnz: i64,
-        data: *const f64,
-        indptr: *const i32,
-        indices: *const i32,
-        n: i64,
-        rhs: *const f64,
-        out: *mut f64,
-    ) -> c_int;
-}
-
-fn load_lapack() {
-    let path = std::env::var("FERRAX_TEST_LAPACK")
-        .expect("FERRAX_TEST_LAPACK: the LAPACK library (scripts/test sets it)");
-    let path = CString::new(path).unwrap();
-    let mut error = [0 as c_char; 256];
-    // SAFETY: a NUL-terminated path and a buffer of the length given.
-    let found = unsafe { ferrax_lapack_load_library(path.as_ptr(), error.as_mut_ptr(), 256) };
-    assert!(
-        found > 0,
-        "{}",
-        unsafe { CStr::from_ptr(error.as_ptr()) }.to_string_lossy()
-    );
-}
-
 /// Asserts that `rc` is a failure whose message names `function` and every fragment.
 #[track_caller]
 fn assert_refused(function: &str, rc: c_int, fragments: &[&str]) {
-    // SAFETY: the library's NUL-terminated, thread-local message.
-    let message = unsafe { CStr::from_ptr(ferrax_last_error()) }
-        .to_string_lossy()
-        .into_owned();
+    let message = last_error();
     assert_eq!(rc, -1, "{function} returned {rc} ({message})");
     assert!(
         message.starts_with(&format!("{function}: ")),
