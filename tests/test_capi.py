@@ -947,6 +947,29 @@ def test_gtsv(dtype, random_matrix, assert_close, capi):
         assert_padding_untouched(buf)
 
 
+def test_gtsv_without_right_hand_sides(dtype, random_matrix, capi):
+    """nrhs = 0: the diagonals are factored as with a right-hand side and nothing is written
+    to b (LAPACK's ?gtsv writes b's first column even then; found by fuzz/capi)."""
+    n = 6
+    dl, du = random_matrix((BATCH, n), dtype), random_matrix((BATCH, n), dtype)
+    d = random_matrix((BATCH, n), dtype) + np.array(4, dtype)
+    cases = {}
+    for layout, nrhs in itertools.product(LAYOUTS, (0, 1)):
+        # Room for one column in either layout; with nrhs = 0 it must keep the sentinel.
+        b = np.full((BATCH, n) if layout == COL else (BATCH, n, 1), sentinel(dtype))
+        cases[layout, nrhs] = (dl.copy(), d.copy(), du.copy(), b, output(BATCH, np.int32))
+    results = capi([c_call("gtsv", dtype, layout=layout, batch=BATCH, n=n, nrhs=nrhs, dl=dl_,
+                           d=d_, du=du_, b=b, ldb=n if layout == COL else 1, info=info)
+                    for (layout, nrhs), (dl_, d_, du_, b, info) in cases.items()])
+    assert_success(results, *(case[-1] for case in cases.values()))
+    for layout in LAYOUTS:
+        *without, b, _ = cases[layout, 0]
+        *with_one, _, _ = cases[layout, 1]
+        np.testing.assert_array_equal(b, sentinel(dtype))
+        for factored, expected in zip(without, with_one):
+            np.testing.assert_array_equal(factored, expected)
+
+
 def test_gtsv_perturbed(dtype, random_matrix, assert_close, capi):
     """Diagonally dominant systems with 1 and 3 right-hand sides solved as np.linalg.solve
     does (dl[0] and du[n-1] NaN, never read), and a singular system (a zero first column and

@@ -55,25 +55,24 @@ pub fn gtsv<T: LapackScalar>(
     // Elimination on the three diagonals, then two sweeps over each right-hand side.
     let flops = rows.saturating_mul(cols.saturating_mul(6).saturating_add(8));
     for_each_parallel(pool, count, flops, &|i| {
-        let mut staged = Vec::new();
         // SAFETY: system `i` and its info are written by this task alone. As jaxlib, LAPACK's
         // sub-diagonal starts at `dl[1]` (one past the end of a 1 x 1 system's `dl`, which
         // LAPACK then does not read); `?gtsv` touches `m - 1` elements of `dl` and `du`, `m`
-        // of `d` and the m×nrhs right-hand sides (leading dimension `ld`).
-        unsafe {
-            b.column_major(i, &mut staged, |b, ld| {
-                gtsv(
-                    &m,
-                    &nrhs,
-                    dl.at(i * rows + 1),
-                    d.at(i * rows),
-                    du.at(i * rows),
-                    b.as_mut_ptr(),
-                    &(ld as i32),
-                    info.at(i),
-                )
-            })?
+        // of `d` and the m×nrhs right-hand sides at `b` (leading dimension `ld`), and the
+        // first column even when nrhs = 0: its back substitution runs once before it looks
+        // at nrhs. Without right-hand sides it gets a column of its own, not past the caller's.
+        let solve = |b: *mut T, ld: usize| unsafe {
+            let ld = ld as i32;
+            let (dl, d, du) = (dl.at(i * rows + 1), d.at(i * rows), du.at(i * rows));
+            gtsv(&m, &nrhs, dl, d, du, b, &ld, info.at(i))
         };
+        if cols == 0 {
+            solve(memory::vec_of(rows, T::default())?.as_mut_ptr(), rows);
+            return Ok(());
+        }
+        let mut staged = Vec::new();
+        // SAFETY: as above.
+        unsafe { b.column_major(i, &mut staged, |b, ld| solve(b.as_mut_ptr(), ld))? };
         Ok(())
     })
 }
