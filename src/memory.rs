@@ -8,6 +8,10 @@ use crate::error::{Error, ErrorCode, Result};
 /// The product of `factors` (element counts, then the element size where one is wanted), or
 /// an error naming `what` when it does not fit in a `usize`.
 pub fn product(what: &str, factors: &[usize]) -> Result<usize> {
+    // An empty array has no bytes however large the other factors: before they overflow.
+    if factors.contains(&0) {
+        return Ok(0);
+    }
     factors
         .iter()
         .try_fold(1usize, |total, &factor| total.checked_mul(factor))
@@ -56,6 +60,7 @@ mod tests {
     #[test]
     fn sizes_past_memory_or_the_address_space_are_errors() {
         assert_eq!(product("a", &[3, 4, 8]), Ok(96));
+        assert_eq!(product("a", &[1 << 62, 5, 0, 8]), Ok(0));
         let overflow = product("a", &[1 << 40, 1 << 30, 8]).unwrap_err();
         assert_eq!(overflow.code, ErrorCode::ResourceExhausted);
         assert!(

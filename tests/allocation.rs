@@ -20,6 +20,7 @@ use num_complex::Complex;
 use reserved::{resident_kib, Reserved};
 
 const ROW: c_int = 101;
+const COL: c_int = 102;
 type C64 = Complex<f64>;
 
 /// Asserts that `rc` is a failure whose message names `function` and every fragment.
@@ -215,4 +216,62 @@ fn batches_past_the_address_space_are_errors() {
         );
     }
     assert_eq!(a, [0.0; 16], "a refused call wrote its operand");
+}
+
+#[test]
+fn huge_batches_of_empty_matrices_return_at_once() {
+    // 2^62 matrices of no element: nothing to read, write or walk (found by fuzz/capi, where
+    // geqrf walked the whole batch to copy empty matrices).
+    let batch = 1i64 << 62;
+    let (mut a, mut tau) = ([0.0f64; 4], [0.0f64; 4]);
+    let (a, tau) = (a.as_mut_ptr(), tau.as_mut_ptr());
+    let start = std::time::Instant::now();
+    // SAFETY: every array the calls could touch is empty.
+    unsafe {
+        assert_eq!(
+            ferrax_dgeqrf(ROW, batch, 0, 1, a, 1, tau),
+            0,
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            ferrax_dgeqrf(COL, batch, 3, 0, a, 3, tau),
+            0,
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            ferrax_dorgqr(COL, batch, 0, 0, 0, a, 1, tau),
+            0,
+            "{}",
+            last_error()
+        );
+        let n = b'N' as c_char;
+        assert_eq!(
+            ferrax_dtrsm(
+                ROW,
+                batch,
+                b'L' as c_char,
+                b'L' as c_char,
+                n,
+                n,
+                0,
+                5,
+                a,
+                1,
+                tau,
+                5
+            ),
+            0,
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            ferrax_dgtsv_perturbed(ROW, batch, 0, 2, a, a, a, tau, 2),
+            0,
+            "{}",
+            last_error()
+        );
+    }
+    assert!(start.elapsed().as_secs() < 5, "took {:?}", start.elapsed());
 }

@@ -297,6 +297,19 @@ impl<T: Copy> InOut<T> {
         }
     }
 
+    /// Copies every matrix of the input to the result: nothing to do (and no batch to walk)
+    /// where the matrices are empty or the two are one memory.
+    ///
+    /// # Safety
+    /// Nothing else touches either meanwhile.
+    pub unsafe fn copy_all(&self) {
+        let (input, output) = (&self.input, &self.output);
+        if input.rows * input.cols == 0 || (input.ptr == output.ptr && input.same_layout(output)) {
+            return;
+        }
+        (0..input.count).for_each(|b| input.copy_to(b, output));
+    }
+
     /// Runs `f(a, ld)` on matrix `b` as a column-major matrix with leading dimension `ld`,
     /// whose final values become the result's: in the result itself where LAPACK can take it
     /// there (the input copied in first), else in `scratch` (grown as needed), read from the

@@ -83,7 +83,7 @@ pub fn geqrf<T: LapackScalar>(pool: &dyn Pool, a: InOut<T>, tau: &mut [T]) -> Re
     // An empty matrix has nothing to factor (LAPACK would return at once) and no taus.
     if count == 0 || k == 0 {
         // SAFETY: every matrix of the views, on this thread alone.
-        (0..count).for_each(|b| unsafe { a.input.copy_to(b, &a.output) });
+        unsafe { a.copy_all() };
         return Ok(());
     }
     let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
@@ -130,7 +130,7 @@ pub fn orgqr<T: LapackScalar>(pool: &dyn Pool, a: InOut<T>, k: usize, tau: &[T])
     // do: Q is then the first n columns of the identity.
     if count == 0 || cols == 0 {
         // SAFETY: every matrix of the views, on this thread alone.
-        (0..count).for_each(|b| unsafe { a.input.copy_to(b, &a.output) });
+        unsafe { a.copy_all() };
         return Ok(());
     }
     let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
@@ -192,7 +192,7 @@ pub fn ormqr<T: LapackScalar>(
     // LAPACK's quick return: an empty c, or no reflectors (Q = I), leaves c as it is.
     if count == 0 || rows * cols == 0 || k == 0 {
         // SAFETY: every matrix of the views, on this thread alone.
-        (0..count).for_each(|b| unsafe { c.input.copy_to(b, &c.output) });
+        unsafe { c.copy_all() };
         return Ok(());
     }
     let ormqr = routine(T::ormqr())?;
@@ -292,7 +292,7 @@ pub fn geqp3<T: LapackScalar + Geqp3Scalar>(
     // first), so it is called: it touches no matrix element then.
     if count == 0 || cols == 0 {
         // SAFETY: every matrix of the views, on this thread alone.
-        (0..count).for_each(|b| unsafe { a.input.copy_to(b, &a.output) });
+        unsafe { a.copy_all() };
         return Ok(());
     }
     let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);

@@ -33,14 +33,11 @@ pub fn gtsv<T: LapackScalar>(
     if info.len() != count {
         return Err(Error::internal(format!("gtsv: {count} systems, {} infos", info.len())));
     }
-    // SAFETY (both): every matrix of the views, on this thread alone.
-    let copy_all = || (0..count).for_each(|i| unsafe { b.input.copy_to(i, &b.output) });
     if count == 0 {
         return Ok(());
     }
     if rows == 0 {
-        // An empty system: LAPACK would return at once.
-        copy_all();
+        // Empty systems (and so empty right-hand sides): LAPACK would return at once.
         info.fill(0);
         return Ok(());
     }

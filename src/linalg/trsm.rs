@@ -54,7 +54,7 @@ pub fn trsm<T: LapackScalar>(
     // = 0), but the result holds them.
     if count == 0 || rows * cols == 0 {
         // SAFETY: every matrix of the views, on this thread alone.
-        (0..count).for_each(|i| unsafe { b.input.copy_to(i, &b.output) });
+        unsafe { b.copy_all() };
         return Ok(());
     }
     let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
