@@ -4,8 +4,14 @@ use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 
 extern "C" {
-    fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64)
-        -> *mut c_void;
+    fn mmap(
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        off: i64,
+    ) -> *mut c_void;
     fn munmap(addr: *mut c_void, len: usize) -> c_int;
 }
 
@@ -49,7 +55,6 @@ impl Drop for Reserved {
         unsafe { munmap(self.ptr, self.bytes) };
     }
 }
-
 
 /// This process's resident memory.
 pub fn resident_kib() -> u64 {
