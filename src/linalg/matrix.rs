@@ -438,7 +438,10 @@ impl<T: Copy> InOut<T> {
 /// `scratch`'s first `len` elements, grown with copies of any element to get there (every
 /// staging overwrites them before reading).
 unsafe fn stage<T: Copy>(scratch: &mut Vec<T>, len: usize, any: *const T) -> Result<&mut [T]> {
-    memory::grow(scratch, len, *any)?;
+    // `any` is read only to grow: an empty operand's pointer may point nowhere.
+    if scratch.len() < len {
+        memory::grow(scratch, len, *any)?;
+    }
     Ok(&mut scratch[..len])
 }
 
