@@ -165,8 +165,8 @@ unsafe fn input<'a, T>(name: &str, data: *const T, shape: &[usize]) -> Result<&'
 /// at most `isize::MAX` bytes, as Rust's slices require.
 fn elements<T>(name: &str, shape: &[usize]) -> Result<usize> {
     let factors: Vec<usize> = shape.iter().copied().chain([std::mem::size_of::<T>()]).collect();
-    match memory::product(name, &factors) {
-        Ok(bytes) if isize::try_from(bytes).is_ok() => Ok(shape.iter().product()),
+    match (memory::product(name, shape), memory::product(name, &factors)) {
+        (Ok(elements), Ok(bytes)) if isize::try_from(bytes).is_ok() => Ok(elements),
         _ => Err(format!(
             "{name}: {} elements of {} bytes are past the address space",
             shape.iter().map(usize::to_string).collect::<Vec<_>>().join(" x "),
