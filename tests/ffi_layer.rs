@@ -12,6 +12,8 @@
 mod api_table;
 #[path = "common/reserved.rs"]
 mod reserved;
+#[path = "common/rng.rs"]
+mod rng;
 
 use api_table::newest_api_table;
 use ferrax::ffi::sys::*;
@@ -19,6 +21,7 @@ use ferrax::ffi::{
     Attrs, Buffer, DataType, DeviceOrdinal, Error, MatrixBatch, NativeType, Result, RunId,
     ScratchAllocator, Span, Stage, Stream, ThreadPool,
 };
+use rng::Rng;
 use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -702,26 +705,6 @@ fn assert_error(outcome: std::result::Result<(), FfiError>, code: i32, fragments
             "{:?} does not mention {fragment:?}",
             error.message
         );
-    }
-}
-
-/// SplitMix64: deterministic test inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn next_u32(&mut self) -> u32 {
-        (self.next_u64() >> 32) as u32
-    }
-    /// Uniform in `lo..hi` (hi > lo; the modulo bias is irrelevant here).
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next_u64() % (hi - lo) as u64) as usize
     }
 }
 
@@ -1502,10 +1485,16 @@ fn scratch_that_cannot_be_allocated_is_resource_exhausted() {
     assert_error(
         outcome,
         RESOURCE_EXHAUSTED,
-        &["ferrax_tridiagonal_solve_perturbed: ", "cannot allocate 26388279066632 bytes"],
+        &[
+            "ferrax_tridiagonal_solve_perturbed: ",
+            "cannot allocate 26388279066632 bytes",
+        ],
     );
     let grown = reserved::resident_kib().saturating_sub(before);
-    assert!(grown < 1 << 20, "the handler touched {grown} KiB of its buffers");
+    assert!(
+        grown < 1 << 20,
+        "the handler touched {grown} KiB of its buffers"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,8 +2,11 @@
 //! and after `ferrax_lapack_load_library` of the scipy-openblas32 library (path in
 //! FERRAX_TEST_LAPACK, set by scripts/test) every getrf factors random matrices correctly.
 
+#[path = "common/rng.rs"]
+mod rng;
 use ferrax_cpu_fallback::{Lapack, ROUTINES};
 use num_complex::Complex;
+use rng::Rng;
 use std::ffi::{c_char, c_int, CString};
 
 extern "C" {
@@ -85,14 +88,8 @@ complex!(f32, 1e-4);
 complex!(f64, 1e-12);
 
 /// Factors a random column-major m×n matrix and checks P·A = L·U.
-fn check_getrf<T: TestScalar>(m: usize, n: usize, seed: u64) {
-    let mut state = seed;
-    let mut next = || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((state >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-    };
+fn check_getrf<T: TestScalar>(m: usize, n: usize, rng: &mut Rng) {
+    let mut next = || rng.uniform();
     let a: Vec<T> = (0..m * n).map(|_| T::random(&mut next)).collect();
     let mut lu = a.clone();
     let k = m.min(n);
@@ -159,10 +156,11 @@ fn scipy_openblas32_fills_the_table() {
     };
     assert_eq!(load(&path), Ok(ROUTINES.len() as c_int));
     assert_eq!(unsafe { ferrax_lapack_missing_count() }, 0);
+    let mut rng = Rng::fresh("lapack_dlopen");
     for (m, n) in [(1, 1), (6, 6), (7, 4), (4, 7)] {
-        check_getrf::<f32>(m, n, 1);
-        check_getrf::<f64>(m, n, 2);
-        check_getrf::<Complex<f32>>(m, n, 3);
-        check_getrf::<Complex<f64>>(m, n, 4);
+        check_getrf::<f32>(m, n, &mut rng);
+        check_getrf::<f64>(m, n, &mut rng);
+        check_getrf::<Complex<f32>>(m, n, &mut rng);
+        check_getrf::<Complex<f64>>(m, n, &mut rng);
     }
 }
