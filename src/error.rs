@@ -17,9 +17,15 @@ impl ErrorCode {
     /// The code with this raw value, if it is one of ours.
     pub fn from_raw(raw: i32) -> Option<Self> {
         use ErrorCode::*;
-        [InvalidArgument, ResourceExhausted, FailedPrecondition, Unimplemented, Internal]
-            .into_iter()
-            .find(|code| *code as i32 == raw)
+        [
+            InvalidArgument,
+            ResourceExhausted,
+            FailedPrecondition,
+            Unimplemented,
+            Internal,
+        ]
+        .into_iter()
+        .find(|code| *code as i32 == raw)
     }
 }
 

@@ -243,7 +243,8 @@ fn spec(minor: i32) -> Spec {
         "XLA_FFI_InternalApi",
     ]);
     // The header's own minor version is what selects this spec (see `checked_headers`).
-    spec.covered.extend(["XLA_FFI_API_MINOR", "XLA_FFI_API_MINOR_OLDEST"]);
+    spec.covered
+        .extend(["XLA_FFI_API_MINOR", "XLA_FFI_API_MINOR_OLDEST"]);
     consts! { spec, minor;
         XLA_FFI_API_MAJOR,
         XLA_FFI_Extension_Metadata,
@@ -355,7 +356,10 @@ fn headers() -> &'static [Header] {
         let mut dirs: Vec<PathBuf> = Vec::new();
         if let Some(list) = std::env::var_os("FERRAX_XLA_FFI_INCLUDE") {
             for dir in std::env::split_paths(&list) {
-                assert!(has_header(&dir), "FERRAX_XLA_FFI_INCLUDE: {dir:?} has no xla/ffi/api/c_api.h");
+                assert!(
+                    has_header(&dir),
+                    "FERRAX_XLA_FFI_INCLUDE: {dir:?} has no xla/ffi/api/c_api.h"
+                );
                 dirs.push(dir);
             }
         }
@@ -366,7 +370,12 @@ fn headers() -> &'static [Header] {
             dirs.extend(found.into_iter().filter(|dir| has_header(dir)));
         }
         let mut venvs: Vec<std::ffi::OsString> = std::fs::read_dir(root.join(".venvs"))
-            .map(|entries| entries.flatten().map(|e| e.path().join("bin/python").into()).collect())
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.path().join("bin/python").into())
+                    .collect()
+            })
             .unwrap_or_default();
         venvs.sort();
         let pythons = std::env::var_os("FERRAX_PYTHON")
@@ -393,7 +402,10 @@ fn headers() -> &'static [Header] {
             let text = std::fs::read(include.join("xla/ffi/api/c_api.h")).unwrap();
             if !texts.contains(&text) {
                 texts.push(text);
-                headers.push(Header { minor: header_minor(&include), include });
+                headers.push(Header {
+                    minor: header_minor(&include),
+                    include,
+                });
             }
         }
         headers.sort_by_key(|h| h.minor);
@@ -401,7 +413,8 @@ fn headers() -> &'static [Header] {
             .filter(|minor| !headers.iter().any(|h| h.minor == *minor))
             .collect();
         if !missing.is_empty() {
-            let why = format!(
+            let why =
+                format!(
                 "no c_api.h of API {}: run scripts/xla-ffi-headers, or set FERRAX_XLA_FFI_INCLUDE",
                 missing.iter().map(|m| format!("0.{m}")).collect::<Vec<_>>().join(", ")
             );
@@ -491,7 +504,11 @@ fn sys_matches_every_c_api_header() {
             continue;
         }
         let spec = spec(header.minor);
-        let found = mismatches(&header.include, &format!("sys-0.{}", header.minor), &spec.expects);
+        let found = mismatches(
+            &header.include,
+            &format!("sys-0.{}", header.minor),
+            &spec.expects,
+        );
         if !found.is_empty() {
             let lines: Vec<String> = found.iter().map(ToString::to_string).collect();
             reports.push(format!(
@@ -511,7 +528,9 @@ fn sys_matches_every_c_api_header() {
 /// 64-bit targets), exactly the wrong one is reported, with both values.
 #[test]
 fn wrong_expectation_is_reported() {
-    let Some(Header { include, .. }) = headers().first() else { return };
+    let Some(Header { include, .. }) = headers().first() else {
+        return;
+    };
     let dims = offset_of!(sys::XLA_FFI_Buffer, dims);
     let mut spec = Spec::default();
     spec.push(

@@ -65,7 +65,10 @@ fn cases() -> Vec<Case> {
     each_dtype!("qr reduced", qr, false);
     each_dtype!("qr complete", qr, true);
     each_dtype!("cholesky_update", cholesky_update);
-    cases.push(("lu_pivots_to_permutation".into(), Box::new(pivots_to_permutation)));
+    cases.push((
+        "lu_pivots_to_permutation".into(),
+        Box::new(pivots_to_permutation),
+    ));
     cases.push(("threefry2x32".into(), Box::new(threefry2x32)));
     cases.push(("threefry2x32_bits".into(), Box::new(threefry2x32_bits)));
     cases
@@ -87,7 +90,11 @@ fn positive_definite<T: TestScalar>(rng: &mut Rng, batch: usize, n: usize) -> Ve
     for b in 0..batch {
         for i in 0..n {
             for j in 0..n {
-                let mut sum = if i == j { T::from_parts(n as f64, 0.0) } else { T::zero() };
+                let mut sum = if i == j {
+                    T::from_parts(n as f64, 0.0)
+                } else {
+                    T::zero()
+                };
                 for k in 0..n {
                     sum = sum + x[b * n * n + k * n + i] * x[b * n * n + k * n + j].conj();
                 }
@@ -107,7 +114,14 @@ fn positive_definite<T: TestScalar>(rng: &mut Rng, batch: usize, n: usize) -> Ve
 fn potrf<T: TestScalar>(device: &Device, uplo: Uplo) -> Result<(), String> {
     let mut rng = Rng::new(12);
     let letter = if uplo == Uplo::Lower { b'L' } else { b'U' };
-    for (batch, n, path) in [(9, 8, "ferrax_potrf_small_"), (3, 50, "_block"), (3, 130, "potrfBatched"), (1, 140, "potrf"), (0, 4, ""), (2, 0, "")] {
+    for (batch, n, path) in [
+        (9, 8, "ferrax_potrf_small_"),
+        (3, 50, "_block"),
+        (3, 130, "potrfBatched"),
+        (1, 140, "potrf"),
+        (0, 4, ""),
+        (2, 0, ""),
+    ] {
         let mut a: Vec<T> = positive_definite(&mut rng, batch, n);
         if batch > 1 && n > 0 {
             a[n * n + (n / 2) * (n + 1)] = T::from_parts(-1.0, 0.0); // indefinite: info > 0
@@ -116,7 +130,12 @@ fn potrf<T: TestScalar>(device: &Device, uplo: Uplo) -> Result<(), String> {
         let factor = device.zeros::<T>(dims3(batch, n, n));
         let info = device.zeros::<i32>(vec![batch as i64]);
         let handler = ops::potrf::cuda::ferrax_cuda_potrf;
-        let calls = device.call(handler, &[&a_dev], &[&factor, &info], &[("uplo", Attr::U8(letter))])?;
+        let calls = device.call(
+            handler,
+            &[&a_dev],
+            &[&factor, &info],
+            &[("uplo", Attr::U8(letter))],
+        )?;
         let what = format!("order {n}, batch {batch}");
         expect_path(&what, &calls, path)?;
         let (mut want, mut want_info) = (a.clone(), vec![0; batch]);
@@ -128,13 +147,25 @@ fn potrf<T: TestScalar>(device: &Device, uplo: Uplo) -> Result<(), String> {
         let got = factor.download::<T>();
         let in_factor = |e: usize| {
             let (i, j) = (e % (n * n) % n, e % (n * n) / n);
-            if uplo == Uplo::Lower { i >= j } else { i <= j }
+            if uplo == Uplo::Lower {
+                i >= j
+            } else {
+                i <= j
+            }
         };
         for b in (0..batch).filter(|&b| want_info[b] == 0) {
             let pick = |m: &[T]| -> Vec<T> {
-                (b * n * n..(b + 1) * n * n).filter(|&e| in_factor(e)).map(|e| m[e]).collect()
+                (b * n * n..(b + 1) * n * n)
+                    .filter(|&e| in_factor(e))
+                    .map(|e| m[e])
+                    .collect()
             };
-            expect_close(&format!("{what}, matrix {b}"), &pick(&got), &pick(&want), tolerance::<T>(n, n as f64))?;
+            expect_close(
+                &format!("{what}, matrix {b}"),
+                &pick(&got),
+                &pick(&want),
+                tolerance::<T>(n, n as f64),
+            )?;
         }
     }
     Ok(())
@@ -145,25 +176,49 @@ fn potrf<T: TestScalar>(device: &Device, uplo: Uplo) -> Result<(), String> {
 /// error that says to take jax's steps.
 fn cholesky<T: TestScalar>(device: &Device) -> Result<(), String> {
     let mut rng = Rng::new(13);
-    for (batch, n, symmetrize, path) in [(7, 4, true, "ferrax_cholesky_small_"), (3, 24, false, "ferrax_cholesky_small_"), (3, 48, true, "_block")] {
+    for (batch, n, symmetrize, path) in [
+        (7, 4, true, "ferrax_cholesky_small_"),
+        (3, 24, false, "ferrax_cholesky_small_"),
+        (3, 48, true, "_block"),
+    ] {
         let mut a: Vec<T> = positive_definite(&mut rng, batch, n);
         a[n * n] = T::from_parts(-5.0, 0.0); // matrix 1 fails at once
         let a_dev = device.upload(&a, dims3(batch, n, n));
         let l = device.zeros::<T>(dims3(batch, n, n));
         let handler = ops::potrf::cuda::ferrax_cuda_cholesky;
-        let calls = device.call(handler, &[&a_dev], &[&l], &[("symmetrize_input", Attr::Bool(symmetrize))])?;
+        let calls = device.call(
+            handler,
+            &[&a_dev],
+            &[&l],
+            &[("symmetrize_input", Attr::Bool(symmetrize))],
+        )?;
         let what = format!("order {n}, batch {batch}");
         expect_path(&what, &calls, path)?;
         let mut want = vec![T::zero(); a.len()];
         ferrax::linalg::potrf::cholesky(&Serial, &a, &mut want, [batch, n], symmetrize)
             .map_err(|e| e.message)?;
-        expect_close(&what, &l.download::<T>(), &want, tolerance::<T>(n, n as f64))?;
+        expect_close(
+            &what,
+            &l.download::<T>(),
+            &want,
+            tolerance::<T>(n, n as f64),
+        )?;
     }
-    let (a, l) = (device.zeros::<T>(dims3(1, 49, 49)), device.zeros::<T>(dims3(1, 49, 49)));
+    let (a, l) = (
+        device.zeros::<T>(dims3(1, 49, 49)),
+        device.zeros::<T>(dims3(1, 49, 49)),
+    );
     let handler = ops::potrf::cuda::ferrax_cuda_cholesky;
-    match device.call(handler, &[&a], &[&l], &[("symmetrize_input", Attr::Bool(true))]) {
+    match device.call(
+        handler,
+        &[&a],
+        &[&l],
+        &[("symmetrize_input", Attr::Bool(true))],
+    ) {
         Err(message) if message.contains("up to 48") => Ok(()),
-        other => Err(format!("order 49: expected the error past the kernels, got {other:?}")),
+        other => Err(format!(
+            "order 49: expected the error past the kernels, got {other:?}"
+        )),
     }
 }
 
@@ -186,25 +241,41 @@ fn geqrf_orgqr<T: TestScalar>(device: &Device) -> Result<(), String> {
         let k = m.min(n);
         let a: Vec<T> = rng.matrix(batch * m * n);
         let a_dev = device.upload(&a, dims3(batch, m, n));
-        let (x, tau) = (device.zeros::<T>(dims3(batch, m, n)), device.zeros::<T>(vec![batch as i64, k as i64]));
+        let (x, tau) = (
+            device.zeros::<T>(dims3(batch, m, n)),
+            device.zeros::<T>(vec![batch as i64, k as i64]),
+        );
         let what = format!("{m}×{n}, batch {batch}");
-        let calls = device.call(ops::qr::cuda::ferrax_cuda_geqrf, &[&a_dev], &[&x, &tau], &[])?;
+        let calls = device.call(
+            ops::qr::cuda::ferrax_cuda_geqrf,
+            &[&a_dev],
+            &[&x, &tau],
+            &[],
+        )?;
         expect_path(&format!("{what} geqrf"), &calls, geqrf_path)?;
         let (mut want, mut want_tau) = (a.clone(), vec![T::zero(); batch * k]);
         // SAFETY: `want` holds the batch column-major.
         let view = unsafe { Batch::packed(want.as_mut_ptr(), [batch, m, n], Layout::ColumnMajor) };
-        ferrax::linalg::qr::geqrf(&Serial, InOut::in_place(view), &mut want_tau).map_err(|e| e.message)?;
+        ferrax::linalg::qr::geqrf(&Serial, InOut::in_place(view), &mut want_tau)
+            .map_err(|e| e.message)?;
         let tol = tolerance::<T>(m, 1.0);
         expect_close(&format!("{what} geqrf"), &x.download::<T>(), &want, tol)?;
-        expect_close(&format!("{what} taus"), &tau.download::<T>(), &want_tau, tol)?;
+        expect_close(
+            &format!("{what} taus"),
+            &tau.download::<T>(),
+            &want_tau,
+            tol,
+        )?;
         // Q from the device's own reflectors.
         let q = device.zeros::<T>(dims3(batch, m, n));
         let calls = device.call(ops::qr::cuda::ferrax_cuda_orgqr, &[&x, &tau], &[&q], &[])?;
         expect_path(&format!("{what} orgqr"), &calls, orgqr_path)?;
         let (mut want_q, reflectors) = (x.download::<T>(), tau.download::<T>());
         // SAFETY: as above.
-        let view = unsafe { Batch::packed(want_q.as_mut_ptr(), [batch, m, n], Layout::ColumnMajor) };
-        ferrax::linalg::qr::orgqr(&Serial, InOut::in_place(view), k, &reflectors).map_err(|e| e.message)?;
+        let view =
+            unsafe { Batch::packed(want_q.as_mut_ptr(), [batch, m, n], Layout::ColumnMajor) };
+        ferrax::linalg::qr::orgqr(&Serial, InOut::in_place(view), k, &reflectors)
+            .map_err(|e| e.message)?;
         expect_close(&format!("{what} orgqr"), &q.download::<T>(), &want_q, tol)?;
     }
     Ok(())
@@ -215,32 +286,77 @@ fn geqrf_orgqr<T: TestScalar>(device: &Device) -> Result<(), String> {
 fn ormqr<T: TestScalar>(device: &Device) -> Result<(), String> {
     let mut rng = Rng::new(15);
     // cuSOLVER's ormqr is unmqr for complex matrices.
-    for (batch, q_order, k, vectors, path) in [(4, 12, 7, 5, "ferrax_ormqr_small_"), (2, 130, 20, 9, "mqr"), (0, 5, 3, 2, "")] {
+    for (batch, q_order, k, vectors, path) in [
+        (4, 12, 7, 5, "ferrax_ormqr_small_"),
+        (2, 130, 20, 9, "mqr"),
+        (0, 5, 3, 2, ""),
+    ] {
         for (left, transpose) in [(true, false), (true, true), (false, false), (false, true)] {
             let a: Vec<T> = rng.matrix(batch * q_order * k);
             let tau: Vec<T> = rng.matrix(batch * k);
-            let (m, n) = if left { (q_order, vectors) } else { (vectors, q_order) };
+            let (m, n) = if left {
+                (q_order, vectors)
+            } else {
+                (vectors, q_order)
+            };
             let c: Vec<T> = rng.matrix(batch * m * n);
-            let (a_dev, tau_dev) = (device.upload(&a, dims3(batch, q_order, k)), device.upload(&tau, vec![batch as i64, k as i64]));
-            let (c_dev, out) = (device.upload(&c, dims3(batch, m, n)), device.zeros::<T>(dims3(batch, m, n)));
-            let attrs = [("left", Attr::Bool(left)), ("transpose", Attr::Bool(transpose))];
-            let calls = device.call(ops::qr::cuda::ferrax_cuda_ormqr, &[&a_dev, &tau_dev, &c_dev], &[&out], &attrs)?;
-            let what = format!("Q of order {q_order} from {k} reflectors, left {left}, transpose {transpose}");
+            let (a_dev, tau_dev) = (
+                device.upload(&a, dims3(batch, q_order, k)),
+                device.upload(&tau, vec![batch as i64, k as i64]),
+            );
+            let (c_dev, out) = (
+                device.upload(&c, dims3(batch, m, n)),
+                device.zeros::<T>(dims3(batch, m, n)),
+            );
+            let attrs = [
+                ("left", Attr::Bool(left)),
+                ("transpose", Attr::Bool(transpose)),
+            ];
+            let calls = device.call(
+                ops::qr::cuda::ferrax_cuda_ormqr,
+                &[&a_dev, &tau_dev, &c_dev],
+                &[&out],
+                &attrs,
+            )?;
+            let what = format!(
+                "Q of order {q_order} from {k} reflectors, left {left}, transpose {transpose}"
+            );
             expect_path(&what, &calls, path)?;
             let (mut want, mut reflectors) = (c.clone(), a.clone());
             let side = if left { Side::Left } else { Side::Right };
-            let trans = if transpose { Trans::Transpose } else { Trans::No };
+            let trans = if transpose {
+                Trans::Transpose
+            } else {
+                Trans::No
+            };
             // SAFETY: the vectors hold the batches column-major.
             let (a_view, c_view) = unsafe {
                 (
-                    Batch::packed(reflectors.as_mut_ptr(), [batch, q_order, k], Layout::ColumnMajor),
+                    Batch::packed(
+                        reflectors.as_mut_ptr(),
+                        [batch, q_order, k],
+                        Layout::ColumnMajor,
+                    ),
                     Batch::packed(want.as_mut_ptr(), [batch, m, n], Layout::ColumnMajor),
                 )
             };
-            ferrax::linalg::qr::ormqr(&Serial, side, trans, a_view, k, &tau, InOut::in_place(c_view))
-                .map_err(|e| e.message)?;
+            ferrax::linalg::qr::ormqr(
+                &Serial,
+                side,
+                trans,
+                a_view,
+                k,
+                &tau,
+                InOut::in_place(c_view),
+            )
+            .map_err(|e| e.message)?;
             let scale = want.iter().map(|x| x.modulus()).fold(1.0, f64::max);
-            expect_close(&what, &out.download::<T>(), &want, tolerance::<T>(q_order, scale))?;
+            expect_close(
+                &what,
+                &out.download::<T>(),
+                &want,
+                tolerance::<T>(q_order, scale),
+            )?;
         }
     }
     Ok(())
@@ -250,16 +366,29 @@ fn ormqr<T: TestScalar>(device: &Device) -> Result<(), String> {
 /// block kernels, and past them geqrf and orgqr from the libraries on a column-major copy.
 fn qr<T: TestScalar>(device: &Device, full_matrices: bool) -> Result<(), String> {
     let mut rng = Rng::new(16);
-    for (batch, m, n, path) in [(5, 9, 6, "ferrax_qr_small_"), (3, 6, 11, "ferrax_qr_small_"), (2, 50, 40, "_block"), (2, 140, 20, "gqr"), (2, 0, 3, "")] {
+    for (batch, m, n, path) in [
+        (5, 9, 6, "ferrax_qr_small_"),
+        (3, 6, 11, "ferrax_qr_small_"),
+        (2, 50, 40, "_block"),
+        (2, 140, 20, "gqr"),
+        (2, 0, 3, ""),
+    ] {
         let q_cols = if full_matrices { m } else { m.min(n) };
         let a: Vec<T> = rng.matrix(batch * m * n);
         let a_dev = device.upload(&a, dims3(batch, m, n));
-        let (q, r) = (device.zeros::<T>(dims3(batch, m, q_cols)), device.zeros::<T>(dims3(batch, q_cols, n)));
+        let (q, r) = (
+            device.zeros::<T>(dims3(batch, m, q_cols)),
+            device.zeros::<T>(dims3(batch, q_cols, n)),
+        );
         let attrs = [("full_matrices", Attr::Bool(full_matrices))];
         let calls = device.call(ops::qr::cuda::ferrax_cuda_qr, &[&a_dev], &[&q, &r], &attrs)?;
         let what = format!("{m}×{n}, batch {batch}");
         expect_path(&what, &calls, path)?;
-        let (mut a_in, mut want_q, mut want_r) = (a.clone(), vec![T::zero(); batch * m * q_cols], vec![T::zero(); batch * q_cols * n]);
+        let (mut a_in, mut want_q, mut want_r) = (
+            a.clone(),
+            vec![T::zero(); batch * m * q_cols],
+            vec![T::zero(); batch * q_cols * n],
+        );
         // SAFETY: the vectors hold the batches row-major.
         let views = unsafe {
             (
@@ -268,7 +397,8 @@ fn qr<T: TestScalar>(device: &Device, full_matrices: bool) -> Result<(), String>
                 Batch::packed(want_r.as_mut_ptr(), [batch, q_cols, n], Layout::RowMajor),
             )
         };
-        ferrax::linalg::qr::qr(&Serial, views.0, views.1, views.2, full_matrices).map_err(|e| e.message)?;
+        ferrax::linalg::qr::qr(&Serial, views.0, views.1, views.2, full_matrices)
+            .map_err(|e| e.message)?;
         let tol = tolerance::<T>(m, 1.0);
         expect_close(&format!("{what} Q"), &q.download::<T>(), &want_q, tol)?;
         expect_close(&format!("{what} R"), &r.download::<T>(), &want_r, tol)?;
@@ -284,14 +414,20 @@ fn cholesky_update<T: TestScalar>(device: &Device) -> Result<(), String> {
     let mut rng = Rng::new(17);
     // The one-warp kernel takes orders past 32 for batches of 8 per multiprocessor (the child
     // runs with 4).
-    for (batch, n, path) in [(9, 4, "_g4_"), (5, 16, "_g16_"), (40, 40, "_small_"), (2, 100, "_large_")] {
+    for (batch, n, path) in [
+        (9, 4, "_g4_"),
+        (5, 16, "_g16_"),
+        (40, 40, "_small_"),
+        (2, 100, "_large_"),
+    ] {
         // R: the upper factor of a positive definite matrix, row-major.
         let a: Vec<T> = positive_definite(&mut rng, batch, n);
         let mut factor = a.clone();
         // The lower factor L, column-major, read row-major is Lᵀ: an upper R with a positive
         // diagonal (the identity checked below holds for any such R).
         // SAFETY: `factor` holds the batch column-major.
-        let view = unsafe { Batch::packed(factor.as_mut_ptr(), [batch, n, n], Layout::ColumnMajor) };
+        let view =
+            unsafe { Batch::packed(factor.as_mut_ptr(), [batch, n, n], Layout::ColumnMajor) };
         let mut info = vec![0; batch];
         ferrax::linalg::potrf::potrf(&Serial, InOut::in_place(view), Uplo::Lower, &mut info)
             .map_err(|e| e.message)?;
@@ -303,15 +439,30 @@ fn cholesky_update<T: TestScalar>(device: &Device) -> Result<(), String> {
             }
         }
         let w: Vec<T> = rng.matrix(batch * n);
-        let (r_dev, w_dev) = (device.upload(&factor, dims3(batch, n, n)), device.upload(&w, vec![batch as i64, n as i64]));
-        let (r_out, w_out) = (device.zeros::<T>(dims3(batch, n, n)), device.zeros::<T>(vec![batch as i64, n as i64]));
-        let calls = device.call(ops::cholesky_update::cuda::ferrax_cuda_cholesky_update, &[&r_dev, &w_dev], &[&r_out, &w_out], &[])?;
+        let (r_dev, w_dev) = (
+            device.upload(&factor, dims3(batch, n, n)),
+            device.upload(&w, vec![batch as i64, n as i64]),
+        );
+        let (r_out, w_out) = (
+            device.zeros::<T>(dims3(batch, n, n)),
+            device.zeros::<T>(vec![batch as i64, n as i64]),
+        );
+        let calls = device.call(
+            ops::cholesky_update::cuda::ferrax_cuda_cholesky_update,
+            &[&r_dev, &w_dev],
+            &[&r_out, &w_out],
+            &[],
+        )?;
         let what = format!("order {n}, batch {batch}");
         expect_path(&what, &calls, path)?;
         let (r0, r1) = (&factor, r_out.download::<T>());
         for b in 0..batch {
             // (RᴴR)[i][j] = Σ_k conj(R[k][i]) R[k][j], R row-major.
-            let gram = |r: &[T], i: usize, j: usize| (0..n).fold(T::zero(), |s, k| s + r[b * n * n + k * n + i].conj() * r[b * n * n + k * n + j]);
+            let gram = |r: &[T], i: usize, j: usize| {
+                (0..n).fold(T::zero(), |s, k| {
+                    s + r[b * n * n + k * n + i].conj() * r[b * n * n + k * n + j]
+                })
+            };
             let (mut got, mut want) = (Vec::new(), Vec::new());
             for i in 0..n {
                 for j in 0..n {
@@ -319,7 +470,12 @@ fn cholesky_update<T: TestScalar>(device: &Device) -> Result<(), String> {
                     want.push(gram(r0, i, j) + w[b * n + i] * w[b * n + j].conj());
                 }
             }
-            expect_close(&format!("{what}, matrix {b}: R'ᴴR'"), &got, &want, tolerance::<T>(n, 4.0 * n as f64))?;
+            expect_close(
+                &format!("{what}, matrix {b}: R'ᴴR'"),
+                &got,
+                &want,
+                tolerance::<T>(n, 4.0 * n as f64),
+            )?;
         }
     }
     Ok(())
@@ -331,11 +487,16 @@ fn cholesky_update<T: TestScalar>(device: &Device) -> Result<(), String> {
 /// against the swaps applied in order.
 fn pivots_to_permutation(device: &Device) -> Result<(), String> {
     let mut rng = Rng::new(18);
-    for (batch, k, size, path) in [(300, 8, 8, "permutation"), (3, 300, 400, "_large"), (2, 4000, 40000, "_global")] {
+    for (batch, k, size, path) in [
+        (300, 8, 8, "permutation"),
+        (3, 300, 400, "_large"),
+        (2, 4000, 40000, "_global"),
+    ] {
         let pivots: Vec<i32> = (0..batch * k)
             .map(|e| {
                 let j = e % k;
-                (j + ((rng.uniform() + 1.0) * 0.5 * (size - j) as f64) as usize).min(size - 1) as i32
+                (j + ((rng.uniform() + 1.0) * 0.5 * (size - j) as f64) as usize).min(size - 1)
+                    as i32
             })
             .collect();
         let p_dev = device.upload(&pivots, vec![batch as i64, k as i64]);
@@ -363,16 +524,30 @@ fn threefry2x32(device: &Device) -> Result<(), String> {
     let n = 5000;
     let inputs: Vec<Vec<u32>> = (0..4).map(|_| rng.words(n)).collect();
     let dims = vec![n as i64, 1];
-    let ins: Vec<_> = inputs.iter().map(|v| device.upload(v, dims.clone())).collect();
+    let ins: Vec<_> = inputs
+        .iter()
+        .map(|v| device.upload(v, dims.clone()))
+        .collect();
     let (out0, out1) = (device.zeros::<u32>(dims.clone()), device.zeros::<u32>(dims));
     let handler = ops::threefry::cuda::ferrax_cuda_threefry2x32;
-    let calls = device.call(handler, &[&ins[0], &ins[1], &ins[2], &ins[3]], &[&out0, &out1], &[])?;
+    let calls = device.call(
+        handler,
+        &[&ins[0], &ins[1], &ins[2], &ins[3]],
+        &[&out0, &out1],
+        &[],
+    )?;
     expect_path("threefry2x32", &calls, "ferrax_threefry2x32")?;
     let (got0, got1) = (out0.download::<u32>(), out1.download::<u32>());
     for e in 0..n {
-        let want = ferrax_kernels::threefry::threefry2x32([inputs[0][e], inputs[1][e]], [inputs[2][e], inputs[3][e]]);
+        let want = ferrax_kernels::threefry::threefry2x32(
+            [inputs[0][e], inputs[1][e]],
+            [inputs[2][e], inputs[3][e]],
+        );
         if [got0[e], got1[e]] != want {
-            return Err(format!("element {e}: {:?}, expected {want:?}", [got0[e], got1[e]]));
+            return Err(format!(
+                "element {e}: {:?}, expected {want:?}",
+                [got0[e], got1[e]]
+            ));
         }
     }
     Ok(())
@@ -386,7 +561,12 @@ fn threefry2x32_bits(device: &Device) -> Result<(), String> {
     let (keys, per_key) = (3usize, 1001usize);
     let key_words = rng.words(2 * keys);
     let k_dev = device.upload(&key_words, vec![keys as i64, 2]);
-    let hash = |k: usize, e: usize| ferrax_kernels::threefry::threefry2x32([key_words[2 * k], key_words[2 * k + 1]], [(e as u64 >> 32) as u32, e as u32]);
+    let hash = |k: usize, e: usize| {
+        ferrax_kernels::threefry::threefry2x32(
+            [key_words[2 * k], key_words[2 * k + 1]],
+            [(e as u64 >> 32) as u32, e as u32],
+        )
+    };
     macro_rules! width {
         ($t:ty, $join:expr) => {{
             let bits = device.zeros::<$t>(vec![keys as i64, per_key as i64]);
@@ -398,7 +578,10 @@ fn threefry2x32_bits(device: &Device) -> Result<(), String> {
                 let [y0, y1] = hash(i / per_key, i % per_key);
                 let want: $t = $join(y0, y1);
                 if g != want {
-                    return Err(format!("{}: word {i}: {g:#x}, expected {want:#x}", stringify!($t)));
+                    return Err(format!(
+                        "{}: word {i}: {g:#x}, expected {want:#x}",
+                        stringify!($t)
+                    ));
                 }
             }
         }};
@@ -418,7 +601,11 @@ fn tolerance<T: TestScalar>(n: usize, scale: f64) -> f64 {
 
 fn expect_close<T: TestScalar>(what: &str, got: &[T], want: &[T], tol: f64) -> Result<(), String> {
     if got.len() != want.len() {
-        return Err(format!("{what}: {} values, expected {}", got.len(), want.len()));
+        return Err(format!(
+            "{what}: {} values, expected {}",
+            got.len(),
+            want.len()
+        ));
     }
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let (gn, wn) = (g.is_nan_value(), w.is_nan_value());
@@ -429,15 +616,25 @@ fn expect_close<T: TestScalar>(what: &str, got: &[T], want: &[T], tol: f64) -> R
             continue;
         }
         if (*g - *w).modulus() > tol {
-            return Err(format!("{what}[{i}]: {g:?}, expected {w:?} (tolerance {tol:e})"));
+            return Err(format!(
+                "{what}[{i}]: {g:?}, expected {w:?} (tolerance {tol:e})"
+            ));
         }
     }
     Ok(())
 }
 
-fn expect_equal<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> Result<(), String> {
+fn expect_equal<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    got: &[T],
+    want: &[T],
+) -> Result<(), String> {
     match got.iter().zip(want).position(|(g, w)| g != w) {
-        _ if got.len() != want.len() => Err(format!("{what}: {} values, expected {}", got.len(), want.len())),
+        _ if got.len() != want.len() => Err(format!(
+            "{what}: {} values, expected {}",
+            got.len(),
+            want.len()
+        )),
         Some(i) => Err(format!("{what}[{i}]: {:?}, expected {:?}", got[i], want[i])),
         None => Ok(()),
     }
@@ -487,11 +684,17 @@ fn getrf<T: TestScalar>(device: &Device, layout: Layout) -> Result<(), String> {
         let what = format!("{m}×{n}, batch {batch}");
         expect_path(&what, &calls, path)?;
         // The CPU core on the same input.
-        let (mut want, mut want_ipiv, mut want_info) = (a.clone(), vec![0; batch * k], vec![0; batch]);
+        let (mut want, mut want_ipiv, mut want_info) =
+            (a.clone(), vec![0; batch * k], vec![0; batch]);
         // SAFETY: `want` holds the batch in `layout`.
         let view = unsafe { Batch::packed(want.as_mut_ptr(), [batch, m, n], layout) };
-        ferrax::linalg::getrf::getrf(&Serial, InOut::in_place(view), &mut want_ipiv, &mut want_info)
-            .map_err(|e| e.message)?;
+        ferrax::linalg::getrf::getrf(
+            &Serial,
+            InOut::in_place(view),
+            &mut want_ipiv,
+            &mut want_info,
+        )
+        .map_err(|e| e.message)?;
         expect_equal(&format!("{what} info"), &info.download::<i32>(), &want_info)?;
         let (got, got_ipiv) = (lu.download::<T>(), ipiv.download::<i32>());
         for b in 0..batch {
@@ -504,7 +707,11 @@ fn getrf<T: TestScalar>(device: &Device, layout: Layout) -> Result<(), String> {
                 }
                 continue;
             }
-            expect_equal(&format!("{what} pivots"), &got_ipiv[ks.clone()], &want_ipiv[ks])?;
+            expect_equal(
+                &format!("{what} pivots"),
+                &got_ipiv[ks.clone()],
+                &want_ipiv[ks],
+            )?;
             expect_close(&what, &got[ms.clone()], &want[ms], tolerance::<T>(k, 1.0))?;
         }
     }

@@ -789,12 +789,7 @@ pub fn launch_config(
     }
     let tickets = batch * (n as u64).div_ceil(WARP as u64);
     let warps = tickets.clamp(1, 16 * sms);
-    let config = launch(
-        Kernel::Large,
-        warps.div_ceil(4),
-        4 * WARP as u32,
-        0,
-    );
+    let config = launch(Kernel::Large, warps.div_ceil(4), 4 * WARP as u32, 0);
     (config, large_scratch_bytes(kind, n, batch))
 }
 

@@ -17,8 +17,8 @@
 //! LAPACK's own `info` is reported as the kernels report it.
 
 use super::linalg::{self, guard, FERRAX_ROW_MAJOR as ROW};
-use crate::linalg::{eig::Geev, eigh::Evd, schur::Gees, svd::Svd};
 use crate::linalg::LapackScalar;
+use crate::linalg::{eig::Geev, eigh::Evd, schur::Gees, svd::Svd};
 use crate::memory;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
@@ -163,7 +163,10 @@ fn count(dims: &[i32]) -> Result<usize> {
         .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
         // Memory a caller can have for the widest element (16 bytes): Rust's slices stop at
         // `isize::MAX` bytes.
-        .filter(|&n| n.checked_mul(16).is_some_and(|bytes| isize::try_from(bytes).is_ok()))
+        .filter(|&n| {
+            n.checked_mul(16)
+                .is_some_and(|bytes| isize::try_from(bytes).is_ok())
+        })
         .ok_or_else(|| format!("sizes {dims:?} overflow"))
 }
 

@@ -10,6 +10,7 @@
 //! message in `ferrax_last_error()`. LAPACK's own `info` (singular matrix, no convergence) is
 //! written to the `info` array and is not a failure.
 
+use super::pool::workers;
 use crate::linalg::eig::{self, Geev};
 use crate::linalg::eigh::{self, Evd};
 use crate::linalg::flags::{Flag, Side, SvdJob, Trans, Uplo, Vectors};
@@ -22,7 +23,6 @@ use crate::linalg::tridiagonal_solve::{self, PerturbedScalar};
 use crate::linalg::trsm::{self, TrsmFlags};
 use crate::linalg::{getrf, hessenberg, potrf, tridiagonal, LapackScalar};
 use crate::memory;
-use super::pool::workers;
 use ferrax_cpu_fallback::Real;
 use num_complex::Complex;
 use std::cell::RefCell;
@@ -127,7 +127,14 @@ impl<T: Copy + Default> Matrices<T> {
             Layout::ColumnMajor
         };
         // SAFETY: `new` checked the pointer; the caller promised `ld` and the batch.
-        unsafe { Batch::with_ld(self.data, [self.batch, self.rows, self.cols], layout, self.ld) }
+        unsafe {
+            Batch::with_ld(
+                self.data,
+                [self.batch, self.rows, self.cols],
+                layout,
+                self.ld,
+            )
+        }
     }
 }
 
@@ -164,12 +171,23 @@ unsafe fn input<'a, T>(name: &str, data: *const T, shape: &[usize]) -> Result<&'
 /// The number of elements of array `name` of `shape`, checked to be memory a caller can have:
 /// at most `isize::MAX` bytes, as Rust's slices require.
 fn elements<T>(name: &str, shape: &[usize]) -> Result<usize> {
-    let factors: Vec<usize> = shape.iter().copied().chain([std::mem::size_of::<T>()]).collect();
-    match (memory::product(name, shape), memory::product(name, &factors)) {
+    let factors: Vec<usize> = shape
+        .iter()
+        .copied()
+        .chain([std::mem::size_of::<T>()])
+        .collect();
+    match (
+        memory::product(name, shape),
+        memory::product(name, &factors),
+    ) {
         (Ok(elements), Ok(bytes)) if isize::try_from(bytes).is_ok() => Ok(elements),
         _ => Err(format!(
             "{name}: {} elements of {} bytes are past the address space",
-            shape.iter().map(usize::to_string).collect::<Vec<_>>().join(" x "),
+            shape
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(" x "),
             std::mem::size_of::<T>()
         )),
     }
@@ -403,7 +421,14 @@ pub(crate) unsafe fn syevd<T: Evd>(
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
     let w = output("w", w, &[batch, n])?;
     let info = output("info", info, &[batch])?;
-    core(eigh::eigh(workers(), InOut::in_place(a), uplo, jobz, w, info))
+    core(eigh::eigh(
+        workers(),
+        InOut::in_place(a),
+        uplo,
+        jobz,
+        w,
+        info,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
@@ -437,7 +462,14 @@ pub(crate) unsafe fn gehrd<T: LapackScalar>(
     let a = Matrices::new("a", layout, [batch, n, n], a, lda)?.view();
     let tau = output("tau", tau, &[batch, n.saturating_sub(1)])?;
     let info = output("info", info, &[batch])?;
-    core(hessenberg::gehrd(workers(), InOut::in_place(a), ilo, ihi, tau, info))
+    core(hessenberg::gehrd(
+        workers(),
+        InOut::in_place(a),
+        ilo,
+        ihi,
+        tau,
+        info,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
@@ -461,7 +493,15 @@ pub(crate) unsafe fn sytrd<T: LapackScalar>(
     let e = output("e", e, &[batch, off])?;
     let tau = output("tau", tau, &[batch, off])?;
     let info = output("info", info, &[batch])?;
-    core(tridiagonal::sytrd(workers(), InOut::in_place(a), uplo, d, e, tau, info))
+    core(tridiagonal::sytrd(
+        workers(),
+        InOut::in_place(a),
+        uplo,
+        d,
+        e,
+        tau,
+        info,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
@@ -553,7 +593,12 @@ pub(crate) unsafe fn gtsv<T: LapackScalar>(
     ];
     let info = output("info", info, &[batch])?;
     let b = Matrices::new("b", layout, [batch, n, nrhs], b, ldb)?.view();
-    core(tridiagonal_solve::gtsv(workers(), diagonals, InOut::in_place(b), info))
+    core(tridiagonal_solve::gtsv(
+        workers(),
+        diagonals,
+        InOut::in_place(b),
+        info,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
@@ -580,7 +625,9 @@ pub(crate) unsafe fn geev<T: Geev>(
     let info = output("info", info, &[batch])?;
     let wanted = |job: Vectors, name, data, ld| -> Result<Option<Batch<_>>> {
         if job.computed() {
-            Ok(Some(Matrices::new(name, layout, [batch, n, n], data, ld)?.view()))
+            Ok(Some(
+                Matrices::new(name, layout, [batch, n, n], data, ld)?.view(),
+            ))
         } else {
             Ok(None)
         }
@@ -617,7 +664,14 @@ pub(crate) unsafe fn gees<T: Gees>(
     };
     // LAPACK's `sdim`, the number of eigenvalues selected by sorting, which is not offered.
     let mut sdim = memory::vec_of(batch, 0).map_err(|error| error.message)?;
-    core(schur::gees(workers(), InOut::in_place(a), w, vs, &mut sdim, info))
+    core(schur::gees(
+        workers(),
+        InOut::in_place(a),
+        w,
+        vs,
+        &mut sdim,
+        info,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)] // the LAPACK argument list
@@ -643,7 +697,11 @@ pub(crate) unsafe fn gtsv_perturbed<T: PerturbedScalar>(
         input("du", du, &[batch, n])?,
     ];
     let b = Matrices::new("b", layout, [batch, n, nrhs], b, ldb)?.view();
-    core(tridiagonal_solve::solve_perturbed(workers(), diagonals, InOut::in_place(b)))
+    core(tridiagonal_solve::solve_perturbed(
+        workers(),
+        diagonals,
+        InOut::in_place(b),
+    ))
 }
 
 #[allow(clippy::too_many_arguments)] // the CSR arrays and the dense operand
@@ -684,7 +742,13 @@ pub(crate) unsafe fn csrmm<T: LapackScalar + Element>(
     let out = output("out", out, &[out_len])?;
     // Computed aside, so that a bad index (an error) leaves `out` as it was.
     let mut product = memory::vec_of(out_len, T::default()).map_err(|error| error.message)?;
-    core(sparse::csr_times_dense(workers(), csr, rhs, n, &mut product))?;
+    core(sparse::csr_times_dense(
+        workers(),
+        csr,
+        rhs,
+        n,
+        &mut product,
+    ))?;
     out.copy_from_slice(&product);
     Ok(())
 }

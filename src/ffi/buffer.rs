@@ -1,8 +1,8 @@
 //! Argument and result buffers: element type, logical dimensions and data.
 
 use super::dtype::{DataType, NativeType};
-use crate::error::{Error, Result};
 use super::sys::XLA_FFI_Buffer;
+use crate::error::{Error, Result};
 use std::fmt;
 
 /// Which operand of the call a buffer is, so that every error can name it.
@@ -319,10 +319,7 @@ impl<'a, T: NativeType> Matrices<'a, T> {
         if self.shape.rows == self.shape.cols {
             return Ok(());
         }
-        Err(self.mismatch(
-            "square matrices".into(),
-            format!("shape {:?}", self.dims()),
-        ))
+        Err(self.mismatch("square matrices".into(), format!("shape {:?}", self.dims())))
     }
 
     /// The batch as the cores see it, packed in `layout` (what the target's lowering asks

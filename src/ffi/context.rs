@@ -1,10 +1,10 @@
 //! Services of the execution context: stage, stream, device ordinal, run id, device scratch
 //! memory, and the CPU thread pool.
 
-use crate::error::{Error, Result};
 use super::handler::CallFrame;
-use super::sys::*;
 use super::sys::api_fn;
+use super::sys::*;
+use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::ptr;

@@ -4,9 +4,9 @@
 use super::attrs::{Attrs, FromAttr};
 use super::buffer::{Array, Buffer, Matrices, Operand};
 use super::dtype::NativeType;
-use crate::error::{Error, ErrorCode, Result};
-use super::sys::*;
 use super::sys::api_fn;
+use super::sys::*;
+use crate::error::{Error, ErrorCode, Result};
 use std::ffi::CString;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};

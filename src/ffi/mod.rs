@@ -12,11 +12,11 @@ mod dtype;
 mod handler;
 pub mod sys;
 
+pub use crate::error::{Error, ErrorCode, Result};
 pub use attrs::{Attr, Attrs, FromAttr, Span};
-pub use buffer::{checked_product, Array, Buffer, MatrixBatch, Matrices, Operand};
+pub use buffer::{checked_product, Array, Buffer, Matrices, MatrixBatch, Operand};
 pub use context::{DeviceOrdinal, FromContext, RunId, ScratchAllocator, Stage, Stream, ThreadPool};
 pub use dtype::{DataType, NativeType};
-pub use crate::error::{Error, ErrorCode, Result};
 pub use handler::{
     invoke, unsupported_dtype, CallFrame, FromBuffer, Platform, Registration, Signature,
 };

@@ -314,7 +314,8 @@ macro_rules! struct_size {
     };
 }
 
-pub const XLA_FFI_InternalExtension_STRUCT_SIZE: usize = struct_size!(XLA_FFI_InternalExtension, next);
+pub const XLA_FFI_InternalExtension_STRUCT_SIZE: usize =
+    struct_size!(XLA_FFI_InternalExtension, next);
 pub const XLA_FFI_Api_Version_STRUCT_SIZE: usize = struct_size!(XLA_FFI_Api_Version, minor_version);
 pub const XLA_FFI_Error_Create_Args_STRUCT_SIZE: usize =
     struct_size!(XLA_FFI_Error_Create_Args, errc);
@@ -371,8 +372,9 @@ pub fn negotiated_version(api: Option<&XLA_FFI_Api>) -> (c_int, c_int) {
     let oldest = (XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR_OLDEST);
     let newest = (XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
     match api {
-        Some(api) => (api.api_version.major_version, api.api_version.minor_version)
-            .clamp(oldest, newest),
+        Some(api) => {
+            (api.api_version.major_version, api.api_version.minor_version).clamp(oldest, newest)
+        }
         None => oldest,
     }
 }

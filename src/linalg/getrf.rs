@@ -55,9 +55,15 @@ pub fn getrf<T: LapackScalar>(
                     let info = info.try_into().expect("SIMD_GROUP infos");
                     // SAFETY: matrices of this task, which it alone touches.
                     unsafe {
-                        a.packed(first, SIMD_GROUP, true, &mut staged_group, |group, layout| {
-                            simd::getf2(group, rows, cols, layout, p, info, &mut lane_scratch)
-                        })
+                        a.packed(
+                            first,
+                            SIMD_GROUP,
+                            true,
+                            &mut staged_group,
+                            |group, layout| {
+                                simd::getf2(group, rows, cols, layout, p, info, &mut lane_scratch)
+                            },
+                        )
                     }
                 },
                 |b| {

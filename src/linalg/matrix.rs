@@ -94,7 +94,11 @@ impl<T: Copy> Batch<T> {
         if self.row_stride != 1 && self.rows > 1 {
             return None;
         }
-        let ld = if self.cols <= 1 { self.rows.max(1) } else { self.col_stride };
+        let ld = if self.cols <= 1 {
+            self.rows.max(1)
+        } else {
+            self.col_stride
+        };
         (ld >= self.rows.max(1)).then_some(ld)
     }
 
@@ -104,8 +108,10 @@ impl<T: Copy> Batch<T> {
         if self.batch_stride != rows * cols && self.count > 1 {
             return None;
         }
-        let column_major = (self.row_stride == 1 || rows <= 1) && (self.col_stride == rows || cols <= 1);
-        let row_major = (self.col_stride == 1 || cols <= 1) && (self.row_stride == cols || rows <= 1);
+        let column_major =
+            (self.row_stride == 1 || rows <= 1) && (self.col_stride == rows || cols <= 1);
+        let row_major =
+            (self.col_stride == 1 || cols <= 1) && (self.row_stride == cols || rows <= 1);
         if column_major {
             Some(Layout::ColumnMajor)
         } else if row_major {
@@ -457,10 +463,19 @@ mod tests {
         // SAFETY: each view spans at most the 60 elements.
         unsafe {
             vec![
-                (Batch::packed(p, [2, 3, 4], Layout::ColumnMajor), "column-major"),
+                (
+                    Batch::packed(p, [2, 3, 4], Layout::ColumnMajor),
+                    "column-major",
+                ),
                 (Batch::packed(p, [2, 3, 4], Layout::RowMajor), "row-major"),
-                (Batch::with_ld(p, [2, 3, 4], Layout::ColumnMajor, 5), "column-major ld 5"),
-                (Batch::with_ld(p, [2, 3, 4], Layout::RowMajor, 6), "row-major ld 6"),
+                (
+                    Batch::with_ld(p, [2, 3, 4], Layout::ColumnMajor, 5),
+                    "column-major ld 5",
+                ),
+                (
+                    Batch::with_ld(p, [2, 3, 4], Layout::RowMajor, 6),
+                    "row-major ld 6",
+                ),
             ]
         }
     }
@@ -474,14 +489,15 @@ mod tests {
         let mut data = Vec::new();
         for (view, name) in batches(&mut data) {
             for b in 0..2 {
-                let column_major: Vec<f64> =
-                    (0..12).map(|k| value(b, k % 3, k / 3)).collect();
+                let column_major: Vec<f64> = (0..12).map(|k| value(b, k % 3, k / 3)).collect();
                 let mut back = vec![0.0; 12];
                 // SAFETY: matrices of the view, touched by this thread only.
                 unsafe {
                     view.scatter(b, &column_major);
                     for (i, j) in (0..3).flat_map(|i| (0..4).map(move |j| (i, j))) {
-                        let at = view.matrix(b).add(i * view.row_stride + j * view.col_stride);
+                        let at = view
+                            .matrix(b)
+                            .add(i * view.row_stride + j * view.col_stride);
                         assert_eq!(*at, value(b, i, j), "{name} ({b}, {i}, {j})");
                     }
                     view.gather(b, &mut back);
@@ -514,7 +530,9 @@ mod tests {
                 view.scatter(1, &column_major);
                 let in_out = InOut::in_place(view);
                 let seen = in_out.column_major(1, &mut scratch, |a, ld| {
-                    let seen: Vec<f64> = (0..4).flat_map(|j| a[j * ld..j * ld + 3].to_vec()).collect();
+                    let seen: Vec<f64> = (0..4)
+                        .flat_map(|j| a[j * ld..j * ld + 3].to_vec())
+                        .collect();
                     a[ld + 2] = -7.0; // element (2, 1)
                     seen
                 });

@@ -8,8 +8,8 @@ use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
 use ferrax_cpu_fallback::Potrf;
 use ferrax_kernels::scalar::{Real, Scalar};
-use ferrax_kernels::small::simd::{self, LANES};
 use ferrax_kernels::small::potf2;
+use ferrax_kernels::small::simd::{self, LANES};
 use std::ffi::c_char;
 
 /// Up to this order the matrices are factored in Rust, [`SIMD_GROUP`] at a time
@@ -145,7 +145,12 @@ impl<T: LapackScalar> FusedCholesky<'_, T> {
     unsafe fn prepare<'s>(&self, b: usize) -> &'s mut [T] {
         let len = self.n * self.n;
         let out = self.out.slice(b * len, len);
-        lower_triangle(&self.x[b * len..(b + 1) * len], out, self.n, self.symmetrize);
+        lower_triangle(
+            &self.x[b * len..(b + 1) * len],
+            out,
+            self.n,
+            self.symmetrize,
+        );
         out
     }
 }
@@ -206,7 +211,9 @@ fn factor_batch<T: LapackScalar, F: Factors<T> + Sync>(
             })
         };
         if lapack.is_some() {
-            return range.into_iter().try_for_each(|b| Ok(done(b, one(b, &mut staged)?)));
+            return range
+                .into_iter()
+                .try_for_each(|b| Ok(done(b, one(b, &mut staged)?)));
         }
         let mut lane_scratch = vec![<T as Scalar>::ZERO; SIMD_GROUP * n * n];
         let mut staged_group = Vec::new();
@@ -239,7 +246,8 @@ fn lapack_potrf<T>(potrf: Potrf<T>, uplo: c_char, n: i32, a: &mut [T], ld: usize
 /// Writes the lower triangle of `(x + xᴴ)/2` (or of `x`) to `out` and zeros above it, both
 /// row-major `n×n`: jax's `symmetrize`, element for element.
 fn lower_triangle<T: LapackScalar>(x: &[T], out: &mut [T], n: usize, symmetrize: bool) {
-    let half = <<T as Scalar>::Real as Real>::ONE / (<<T as Scalar>::Real as Real>::ONE + <<T as Scalar>::Real as Real>::ONE);
+    let half = <<T as Scalar>::Real as Real>::ONE
+        / (<<T as Scalar>::Real as Real>::ONE + <<T as Scalar>::Real as Real>::ONE);
     for (i, row) in out.chunks_exact_mut(n).enumerate() {
         let (lower, upper) = row.split_at_mut(i + 1);
         for (j, element) in lower.iter_mut().enumerate() {

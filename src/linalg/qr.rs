@@ -56,7 +56,13 @@ fn lapack_each<T: LapackScalar>(
             // SAFETY: matrix `b` belongs to this task alone.
             unsafe {
                 a.column_major(b, &mut staged, |a, ld| {
-                    call(b, a.as_mut_ptr(), &(ld as i32), work.as_mut_ptr(), &mut info)
+                    call(
+                        b,
+                        a.as_mut_ptr(),
+                        &(ld as i32),
+                        work.as_mut_ptr(),
+                        &mut info,
+                    )
                 })?
             };
             check_info(routine, info)?;
@@ -111,9 +117,14 @@ pub fn geqrf<T: LapackScalar>(pool: &dyn Pool, a: InOut<T>, tau: &mut [T]) -> Re
     })?;
     // SAFETY: matrix `b` and its taus are written by this task alone; LAPACK touches the m×n
     // matrix (leading dimension `ld`), `k` taus and `lwork` elements of `work`.
-    lapack_each(pool, a, flops, lwork, "geqrf", &|b, a, ld, work, info| unsafe {
-        geqrf(&m, &n, a, ld, tau.at(b * k), work, &lwork, info)
-    })
+    lapack_each(
+        pool,
+        a,
+        flops,
+        lwork,
+        "geqrf",
+        &|b, a, ld, work, info| unsafe { geqrf(&m, &n, a, ld, tau.at(b * k), work, &lwork, info) },
+    )
 }
 
 /// The first `n` columns of Q (`m × m`, `m ≥ n`) from the `k ≤ n` reflectors of each matrix
@@ -158,9 +169,26 @@ pub fn orgqr<T: LapackScalar>(pool: &dyn Pool, a: InOut<T>, k: usize, tau: &[T])
     })?;
     // SAFETY: matrix `b` is written by this task alone; LAPACK touches the m×n matrix
     // (leading dimension `ld`), reads `k` taus and uses `lwork` elements of `work`.
-    lapack_each(pool, a, flops, lwork, "orgqr", &|b, a, ld, work, info| unsafe {
-        orgqr(&m, &n, &reflectors, a, ld, tau[b * k..].as_ptr(), work, &lwork, info)
-    })
+    lapack_each(
+        pool,
+        a,
+        flops,
+        lwork,
+        "orgqr",
+        &|b, a, ld, work, info| unsafe {
+            orgqr(
+                &m,
+                &n,
+                &reflectors,
+                a,
+                ld,
+                tau[b * k..].as_ptr(),
+                work,
+                &lwork,
+                info,
+            )
+        },
+    )
 }
 
 /// `Q·C`, `Qᴴ·C` (`side` left), `C·Q` or `C·Qᴴ` for every matrix of `c`, into `c.output`,
@@ -471,7 +499,10 @@ pub fn qr<T: LapackScalar>(
         return Ok(());
     }
     let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
-    let (mq, reflectors) = (lapack_int("columns of Q", q_cols)?, lapack_int("reflectors", k)?);
+    let (mq, reflectors) = (
+        lapack_int("columns of Q", q_cols)?,
+        lapack_int("reflectors", k)?,
+    );
     let small_geqrf = rows.max(cols) <= SMALL_MAX;
     let small_orgqr = rows <= SMALL_MAX;
     let lapack = if k == 0 || (small_geqrf && small_orgqr) {
@@ -507,7 +538,13 @@ pub fn qr<T: LapackScalar>(
             if k == 0 {
                 // jax's result for an empty matrix: the identity's first columns, R zero.
                 let identity: Vec<T> = (0..q_len)
-                    .map(|e| if e % rows == e / rows { T::ONE } else { T::ZERO })
+                    .map(|e| {
+                        if e % rows == e / rows {
+                            T::ONE
+                        } else {
+                            T::ZERO
+                        }
+                    })
                     .collect();
                 // SAFETY: matrix `b` of the results, which only this task writes.
                 unsafe {

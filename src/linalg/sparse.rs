@@ -34,7 +34,9 @@ pub fn csr_times_dense<T: Element, I: SparseIndex>(
     out: &mut [T],
 ) -> Result<()> {
     let rows = csr.outer.len().saturating_sub(1);
-    if csr.outer.is_empty() || csr.inner.len() != csr.data.len() || rhs.len() != csr.cols * n
+    if csr.outer.is_empty()
+        || csr.inner.len() != csr.data.len()
+        || rhs.len() != csr.cols * n
         || out.len() != rows * n
     {
         return Err(Error::internal(format!(

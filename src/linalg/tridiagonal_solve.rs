@@ -31,7 +31,10 @@ pub fn gtsv<T: LapackScalar>(
     let (count, rows, cols) = (b.input.count(), b.input.rows(), b.input.cols());
     expect_diagonals(count, rows, [dl.len(), d.len(), du.len()])?;
     if info.len() != count {
-        return Err(Error::internal(format!("gtsv: {count} systems, {} infos", info.len())));
+        return Err(Error::internal(format!(
+            "gtsv: {count} systems, {} infos",
+            info.len()
+        )));
     }
     if count == 0 {
         return Ok(());
@@ -42,7 +45,10 @@ pub fn gtsv<T: LapackScalar>(
         return Ok(());
     }
     let gtsv = routine(T::gtsv())?;
-    let (m, nrhs) = (lapack_int("order", rows)?, lapack_int("right-hand sides", cols)?);
+    let (m, nrhs) = (
+        lapack_int("order", rows)?,
+        lapack_int("right-hand sides", cols)?,
+    );
     let (dl, d, du, info) = (
         SharedMut(dl.as_mut_ptr()),
         SharedMut(d.as_mut_ptr()),

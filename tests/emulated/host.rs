@@ -40,12 +40,21 @@ impl Device {
             .map_err(|e| format!("loading the emulator: {e}"))?;
         // SAFETY: the emulator's exported functions, with these signatures.
         unsafe {
-            let alloc = *library.get(b"ferrax_emulated_alloc").map_err(|e| e.to_string())?;
-            let free = *library.get(b"ferrax_emulated_free").map_err(|e| e.to_string())?;
-            let stream: unsafe extern "C" fn() -> *mut c_void =
-                *library.get(b"ferrax_emulated_stream").map_err(|e| e.to_string())?;
-            let problems = *library.get(b"ferrax_emulated_problems").map_err(|e| e.to_string())?;
-            let calls = *library.get(b"ferrax_emulated_calls").map_err(|e| e.to_string())?;
+            let alloc = *library
+                .get(b"ferrax_emulated_alloc")
+                .map_err(|e| e.to_string())?;
+            let free = *library
+                .get(b"ferrax_emulated_free")
+                .map_err(|e| e.to_string())?;
+            let stream: unsafe extern "C" fn() -> *mut c_void = *library
+                .get(b"ferrax_emulated_stream")
+                .map_err(|e| e.to_string())?;
+            let problems = *library
+                .get(b"ferrax_emulated_problems")
+                .map_err(|e| e.to_string())?;
+            let calls = *library
+                .get(b"ferrax_emulated_calls")
+                .map_err(|e| e.to_string())?;
             Ok(Some(Device {
                 alloc,
                 free,
@@ -60,7 +69,12 @@ impl Device {
     /// A device buffer holding `values`, with the logical `dims` the handler sees.
     pub fn upload<T: NativeType>(&self, values: &[T], dims: Vec<i64>) -> Operand<'_> {
         let buffer = self.zeros::<T>(dims);
-        assert_eq!(values.len(), buffer.len::<T>(), "values for {:?}", buffer.dims);
+        assert_eq!(
+            values.len(),
+            buffer.len::<T>(),
+            "values for {:?}",
+            buffer.dims
+        );
         // SAFETY: the buffer holds `values.len()` elements of `T`.
         unsafe { ptr::copy_nonoverlapping(values.as_ptr(), buffer.data.cast(), values.len()) };
         buffer
@@ -96,7 +110,10 @@ impl Device {
         let problems = self.take(self.problems);
         let calls = self.take(self.calls);
         if !problems.is_empty() {
-            return Err(format!("the emulated device found problems:\n  {}", problems.join("\n  ")));
+            return Err(format!(
+                "the emulated device found problems:\n  {}",
+                problems.join("\n  ")
+            ));
         }
         outcome.map(|()| calls)
     }
@@ -106,7 +123,9 @@ impl Device {
         // SAFETY: the buffer's length.
         unsafe { log(text.as_mut_ptr(), text.len()) };
         // SAFETY: NUL-terminated by the emulator.
-        let text = unsafe { CStr::from_ptr(text.as_ptr()) }.to_string_lossy().into_owned();
+        let text = unsafe { CStr::from_ptr(text.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
         text.lines().map(str::to_string).collect()
     }
 }
@@ -129,7 +148,9 @@ impl Operand<'_> {
         assert_eq!(T::DTYPE.to_raw(), self.dtype, "download's element type");
         let mut values = vec![T::default(); self.len::<T>()];
         // SAFETY: the buffer holds that many elements of `T`.
-        unsafe { ptr::copy_nonoverlapping(self.data.cast::<T>(), values.as_mut_ptr(), values.len()) };
+        unsafe {
+            ptr::copy_nonoverlapping(self.data.cast::<T>(), values.as_mut_ptr(), values.len())
+        };
         values
     }
 }
@@ -179,23 +200,38 @@ fn call_frame(
     let mut ret_buffers: Vec<XLA_FFI_Buffer> = rets.iter().map(raw).collect();
     let mut arg_types = vec![XLA_FFI_ArgType_BUFFER; args.len()];
     let mut ret_types = vec![XLA_FFI_RetType_BUFFER; rets.len()];
-    let mut arg_ptrs: Vec<*mut c_void> = arg_buffers.iter_mut().map(|b| (b as *mut XLA_FFI_Buffer).cast()).collect();
-    let mut ret_ptrs: Vec<*mut c_void> = ret_buffers.iter_mut().map(|b| (b as *mut XLA_FFI_Buffer).cast()).collect();
+    let mut arg_ptrs: Vec<*mut c_void> = arg_buffers
+        .iter_mut()
+        .map(|b| (b as *mut XLA_FFI_Buffer).cast())
+        .collect();
+    let mut ret_ptrs: Vec<*mut c_void> = ret_buffers
+        .iter_mut()
+        .map(|b| (b as *mut XLA_FFI_Buffer).cast())
+        .collect();
     // XLA sends attributes sorted by name.
     let mut attrs = attrs.to_vec();
     attrs.sort_by_key(|(name, _)| *name);
     let mut names: Vec<XLA_FFI_ByteSpan> = attrs
         .iter()
-        .map(|(name, _)| XLA_FFI_ByteSpan { ptr: name.as_ptr().cast(), len: name.len() })
+        .map(|(name, _)| XLA_FFI_ByteSpan {
+            ptr: name.as_ptr().cast(),
+            len: name.len(),
+        })
         .collect();
     let mut values: Vec<(i32, [u8; 4])> = attrs.iter().map(|(_, v)| attr_bytes(*v)).collect();
     let mut scalars: Vec<XLA_FFI_Scalar> = values
         .iter_mut()
-        .map(|(dtype, bytes)| XLA_FFI_Scalar { dtype: *dtype, value: bytes.as_mut_ptr().cast() })
+        .map(|(dtype, bytes)| XLA_FFI_Scalar {
+            dtype: *dtype,
+            value: bytes.as_mut_ptr().cast(),
+        })
         .collect();
     let mut attr_types = vec![XLA_FFI_AttrType_SCALAR; attrs.len()];
     let mut name_ptrs: Vec<*mut XLA_FFI_ByteSpan> = names.iter_mut().map(|n| n as *mut _).collect();
-    let mut attr_ptrs: Vec<*mut c_void> = scalars.iter_mut().map(|s| (s as *mut XLA_FFI_Scalar).cast()).collect();
+    let mut attr_ptrs: Vec<*mut c_void> = scalars
+        .iter_mut()
+        .map(|s| (s as *mut XLA_FFI_Scalar).cast())
+        .collect();
     let mut context = Context { device };
     let api = api();
     let mut frame = XLA_FFI_CallFrame {
@@ -234,7 +270,9 @@ fn call_frame(
         return Ok(());
     }
     // SAFETY: errors come from `error_create` below.
-    Err(unsafe { Box::from_raw(error.cast::<CString>()) }.to_string_lossy().into_owned())
+    Err(unsafe { Box::from_raw(error.cast::<CString>()) }
+        .to_string_lossy()
+        .into_owned())
 }
 
 // An error is a boxed CString holding the message.
@@ -308,7 +346,10 @@ pub fn run(device: &Device, cases: &[crate::Case]) -> ExitCode {
 /// `deps/` folder.
 fn emulator_path() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let profile = exe.parent().and_then(Path::parent).ok_or("no target folder")?;
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("no target folder")?;
     let path = profile.join("libferrax_emulated_cuda.so");
     if !path.exists() {
         return Err(format!(
@@ -326,7 +367,12 @@ fn run_child() -> Result<(), String> {
     let emulator = emulator_path()?;
     let links = std::env::temp_dir().join(format!("ferrax-emulated-cuda-{}", std::process::id()));
     std::fs::create_dir_all(&links).map_err(|e| e.to_string())?;
-    for name in ["libcuda.so", "libcuda.so.1", "libcublas.so", "libcusolver.so"] {
+    for name in [
+        "libcuda.so",
+        "libcuda.so.1",
+        "libcublas.so",
+        "libcusolver.so",
+    ] {
         let link = links.join(name);
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&emulator, &link).map_err(|e| e.to_string())?;
@@ -340,7 +386,10 @@ fn run_child() -> Result<(), String> {
         .env("LD_LIBRARY_PATH", library_path)
         .env(CHILD, &emulator)
         // A small device: launch plans size grids by it, and the emulation runs every block.
-        .env("FERRAX_EMULATED_SMS", std::env::var("FERRAX_EMULATED_SMS").unwrap_or("4".into()))
+        .env(
+            "FERRAX_EMULATED_SMS",
+            std::env::var("FERRAX_EMULATED_SMS").unwrap_or("4".into()),
+        )
         .status()
         .map_err(|e| e.to_string());
     let _ = std::fs::remove_dir_all(&links);

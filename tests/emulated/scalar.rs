@@ -78,10 +78,14 @@ impl Rng {
 
     /// `len` elements with uniform parts.
     pub fn matrix<T: TestScalar>(&mut self, len: usize) -> Vec<T> {
-        (0..len).map(|_| T::from_parts(self.uniform(), self.uniform())).collect()
+        (0..len)
+            .map(|_| T::from_parts(self.uniform(), self.uniform()))
+            .collect()
     }
 
     pub fn words(&mut self, len: usize) -> Vec<u32> {
-        (0..len).map(|_| (self.uniform().to_bits() >> 20) as u32).collect()
+        (0..len)
+            .map(|_| (self.uniform().to_bits() >> 20) as u32)
+            .collect()
     }
 }

@@ -56,7 +56,10 @@ thread_local! {
 #[no_mangle]
 pub extern "C" fn ferrax_emulated_stream() -> *mut c_void {
     let stream = Box::into_raw(Box::new(0u64)) as usize;
-    STREAMS.lock().unwrap_or_else(|e| e.into_inner()).push(stream);
+    STREAMS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(stream);
     stream as *mut c_void
 }
 
@@ -67,7 +70,9 @@ pub fn known_stream(stream: *mut c_void, what: &str) -> bool {
         .unwrap_or_else(|e| e.into_inner())
         .contains(&(stream as usize));
     if !known {
-        problem(format!("{what}: stream {stream:?} is not one of the device's"));
+        problem(format!(
+            "{what}: stream {stream:?} is not one of the device's"
+        ));
     }
     known
 }
@@ -76,7 +81,9 @@ pub fn known_stream(stream: *mut c_void, what: &str) -> bool {
 fn context_current(what: &str) -> bool {
     let current = CURRENT.with(|c| c.borrow().last() == Some(&(context() as usize)));
     if !current {
-        problem(format!("{what}: called without the context current on this thread"));
+        problem(format!(
+            "{what}: called without the context current on this thread"
+        ));
     }
     current
 }
@@ -102,7 +109,9 @@ pub unsafe extern "C" fn cuStreamGetCtx(stream: *mut c_void, ctx: *mut *mut c_vo
 #[no_mangle]
 pub extern "C" fn cuCtxPushCurrent_v2(ctx: *mut c_void) -> CUresult {
     if ctx != context() {
-        problem(format!("cuCtxPushCurrent: {ctx:?} is not the device's context"));
+        problem(format!(
+            "cuCtxPushCurrent: {ctx:?} is not the device's context"
+        ));
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     CURRENT.with(|c| c.borrow_mut().push(ctx as usize));
@@ -140,7 +149,11 @@ const MULTIPROCESSOR_COUNT: c_int = 16;
 const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: c_int = 97;
 
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: c_int) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    value: *mut c_int,
+    attribute: c_int,
+    device: c_int,
+) -> CUresult {
     if device != 0 {
         problem(format!("cuDeviceGetAttribute: no device {device}"));
         return CUDA_ERROR_INVALID_VALUE;
@@ -149,7 +162,9 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_in
         MULTIPROCESSOR_COUNT => multiprocessors(),
         MAX_SHARED_MEMORY_PER_BLOCK_OPTIN => MAX_SHARED_OPTIN as c_int,
         other => {
-            problem(format!("cuDeviceGetAttribute: attribute {other} is not emulated"));
+            problem(format!(
+                "cuDeviceGetAttribute: attribute {other} is not emulated"
+            ));
             return CUDA_ERROR_INVALID_VALUE;
         }
     };
@@ -171,7 +186,10 @@ static MODULES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 static FUNCTIONS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 #[no_mangle]
-pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> CUresult {
+pub unsafe extern "C" fn cuModuleLoadData(
+    module: *mut *mut c_void,
+    image: *const c_void,
+) -> CUresult {
     if !context_current("cuModuleLoadData") {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
@@ -186,7 +204,10 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut *mut c_void, image: *cons
         return CUDA_ERROR_INVALID_VALUE;
     }
     let handle = Box::into_raw(Box::new(Module { entries })) as usize;
-    MODULES.lock().unwrap_or_else(|e| e.into_inner()).push(handle);
+    MODULES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(handle);
     *module = handle as *mut c_void;
     CUDA_SUCCESS
 }
@@ -202,7 +223,9 @@ pub unsafe extern "C" fn cuModuleGetFunction(
         .unwrap_or_else(|e| e.into_inner())
         .contains(&(module as usize));
     if !known {
-        problem(format!("cuModuleGetFunction: {module:?} is no loaded module"));
+        problem(format!(
+            "cuModuleGetFunction: {module:?} is no loaded module"
+        ));
         return CUDA_ERROR_INVALID_HANDLE;
     }
     let name = CStr::from_ptr(name).to_string_lossy().into_owned();
@@ -215,7 +238,10 @@ pub unsafe extern "C" fn cuModuleGetFunction(
         entry,
         max_dynamic_shared: DEFAULT_SHARED,
     })) as usize;
-    FUNCTIONS.lock().unwrap_or_else(|e| e.into_inner()).push(handle);
+    FUNCTIONS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(handle);
     *function = handle as *mut c_void;
     CUDA_SUCCESS
 }
@@ -227,7 +253,9 @@ fn function(handle: *mut c_void, what: &str) -> Option<&'static mut Function> {
         .unwrap_or_else(|e| e.into_inner())
         .contains(&(handle as usize));
     if !known {
-        problem(format!("{what}: {handle:?} is no function of a loaded module"));
+        problem(format!(
+            "{what}: {handle:?} is no function of a loaded module"
+        ));
         return None;
     }
     // SAFETY: a leaked `Function` this module made.
@@ -238,12 +266,18 @@ fn function(handle: *mut c_void, what: &str) -> Option<&'static mut Function> {
 const MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
 
 #[no_mangle]
-pub extern "C" fn cuFuncSetAttribute(handle: *mut c_void, attribute: c_int, value: c_int) -> CUresult {
+pub extern "C" fn cuFuncSetAttribute(
+    handle: *mut c_void,
+    attribute: c_int,
+    value: c_int,
+) -> CUresult {
     let Some(f) = function(handle, "cuFuncSetAttribute") else {
         return CUDA_ERROR_INVALID_HANDLE;
     };
     if attribute != MAX_DYNAMIC_SHARED_SIZE_BYTES {
-        problem(format!("cuFuncSetAttribute: attribute {attribute} is not emulated"));
+        problem(format!(
+            "cuFuncSetAttribute: attribute {attribute} is not emulated"
+        ));
         return CUDA_ERROR_INVALID_VALUE;
     }
     match usize::try_from(value) {
@@ -309,12 +343,19 @@ pub unsafe extern "C" fn cuLaunchKernel(
         return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     }
     if !extra.is_null() || params.is_null() || (*params).is_null() {
-        return launch_problem(name, "expected kernelParams with the argument struct".into());
+        return launch_problem(
+            name,
+            "expected kernelParams with the argument struct".into(),
+        );
     }
     // The argument struct, copied as the driver copies `.param` space.
     let layout = f.entry.args;
     let mut args = vec![0u64; layout.size.div_ceil(8)];
-    std::ptr::copy_nonoverlapping((*params).cast::<u8>(), args.as_mut_ptr().cast(), layout.size);
+    std::ptr::copy_nonoverlapping(
+        (*params).cast::<u8>(),
+        args.as_mut_ptr().cast(),
+        layout.size,
+    );
     let args = args.as_ptr() as usize;
     let run = f.entry.run;
     crate::record_call(name);
@@ -330,7 +371,12 @@ pub unsafe extern "C" fn cuLaunchKernel(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemsetD8Async(dst: u64, value: u8, bytes: usize, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemsetD8Async(
+    dst: u64,
+    value: u8,
+    bytes: usize,
+    stream: *mut c_void,
+) -> CUresult {
     if !known_stream(stream, "cuMemsetD8Async") {
         return CUDA_ERROR_INVALID_HANDLE;
     }
@@ -342,16 +388,25 @@ pub unsafe extern "C" fn cuMemsetD8Async(dst: u64, value: u8, bytes: usize, stre
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, bytes: usize, stream: *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst: u64,
+    src: u64,
+    bytes: usize,
+    stream: *mut c_void,
+) -> CUresult {
     if !known_stream(stream, "cuMemcpyDtoDAsync") {
         return CUDA_ERROR_INVALID_HANDLE;
     }
     let (d, s) = (dst as *const c_void, src as *const c_void);
-    if !memory::check(s, bytes, "cuMemcpyDtoDAsync source") || !memory::check(d, bytes, "cuMemcpyDtoDAsync destination") {
+    if !memory::check(s, bytes, "cuMemcpyDtoDAsync source")
+        || !memory::check(d, bytes, "cuMemcpyDtoDAsync destination")
+    {
         return CUDA_ERROR_ILLEGAL_ADDRESS;
     }
     if dst != src && dst < src + bytes as u64 && src < dst + bytes as u64 {
-        problem(format!("cuMemcpyDtoDAsync: overlapping {bytes} bytes at {src:#x} and {dst:#x}"));
+        problem(format!(
+            "cuMemcpyDtoDAsync: overlapping {bytes} bytes at {src:#x} and {dst:#x}"
+        ));
         return CUDA_ERROR_INVALID_VALUE;
     }
     std::ptr::copy(src as *const u8, dst as *mut u8, bytes);
@@ -366,8 +421,14 @@ fn describe(result: CUresult) -> (&'static CStr, &'static CStr) {
         CUDA_ERROR_INVALID_CONTEXT => (c"CUDA_ERROR_INVALID_CONTEXT", c"invalid device context"),
         CUDA_ERROR_INVALID_HANDLE => (c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle"),
         CUDA_ERROR_NOT_FOUND => (c"CUDA_ERROR_NOT_FOUND", c"named symbol not found"),
-        CUDA_ERROR_ILLEGAL_ADDRESS => (c"CUDA_ERROR_ILLEGAL_ADDRESS", c"an illegal memory access was encountered"),
-        CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => (c"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", c"too many resources requested for launch"),
+        CUDA_ERROR_ILLEGAL_ADDRESS => (
+            c"CUDA_ERROR_ILLEGAL_ADDRESS",
+            c"an illegal memory access was encountered",
+        ),
+        CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => (
+            c"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+            c"too many resources requested for launch",
+        ),
         _ => (c"CUDA_ERROR_UNKNOWN", c"unknown error"),
     }
 }

@@ -36,7 +36,10 @@ static PROBLEMS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// touch memory outside its buffers).
 pub(crate) fn problem(message: String) {
     eprintln!("emulated CUDA: {message}");
-    PROBLEMS.lock().unwrap_or_else(|e| e.into_inner()).push(message);
+    PROBLEMS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(message);
 }
 
 /// Every kernel launched and library routine called, in order: the tests check which paths
@@ -44,7 +47,10 @@ pub(crate) fn problem(message: String) {
 static CALLS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 pub(crate) fn record_call(name: &str) {
-    CALLS.lock().unwrap_or_else(|e| e.into_inner()).push(name.to_string());
+    CALLS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(name.to_string());
 }
 
 /// Takes the log of calls (kernel entry names, library routine names) recorded so far, as

@@ -49,7 +49,14 @@ pub extern "C" fn ferrax_emulated_alloc(bytes: usize) -> *mut c_void {
     }
     let data = map as usize + page;
     // SAFETY: the data pages, inside the mapping.
-    if unsafe { libc::mprotect(data as *mut c_void, data_pages * page, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
+    if unsafe {
+        libc::mprotect(
+            data as *mut c_void,
+            data_pages * page,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    } != 0
+    {
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(map, map_len) };
         return std::ptr::null_mut();
@@ -101,7 +108,9 @@ pub fn check(ptr: *const c_void, len: usize, what: &str) -> bool {
         let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
         live.range(..=ptr as usize)
             .next_back()
-            .map(|(&start, a)| format!(" (the allocation before it: {} bytes at {start:#x})", a.len))
+            .map(|(&start, a)| {
+                format!(" (the allocation before it: {} bytes at {start:#x})", a.len)
+            })
             .unwrap_or_default()
     };
     crate::problem(format!(

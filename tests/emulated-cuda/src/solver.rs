@@ -455,12 +455,16 @@ macro_rules! library {
         /// `handle` is null or writable.
         #[no_mangle]
         pub unsafe extern "C" fn $create(handle: *mut Handle) -> Status {
-            run(stringify!($create), || HANDLES.create(stringify!($create), handle))
+            run(stringify!($create), || {
+                HANDLES.create(stringify!($create), handle)
+            })
         }
 
         #[no_mangle]
         pub extern "C" fn $destroy(handle: Handle) -> Status {
-            run(stringify!($destroy), || HANDLES.destroy(stringify!($destroy), handle))
+            run(stringify!($destroy), || {
+                HANDLES.destroy(stringify!($destroy), handle)
+            })
         }
 
         #[no_mangle]
