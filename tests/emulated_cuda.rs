@@ -66,6 +66,10 @@ fn cases() -> Vec<Case> {
     each_dtype!("qr complete", qr, true);
     each_dtype!("cholesky_update", cholesky_update);
     cases.push((
+        "getrf past cuSOLVER's 32-bit sizes".into(),
+        Box::new(getrf_past_32_bit_sizes),
+    ));
+    cases.push((
         "lu_pivots_to_permutation".into(),
         Box::new(pivots_to_permutation),
     ));
@@ -638,6 +642,35 @@ fn expect_equal<T: PartialEq + std::fmt::Debug>(
         Some(i) => Err(format!("{what}[{i}]: {:?}, expected {:?}", got[i], want[i])),
         None => Ok(()),
     }
+}
+
+/// LU of a 2^31 × 1 matrix (8 GiB of f32 that is never touched): past the kernels, and past
+/// the 32-bit rows of cuSOLVER's and cuBLAS's API, a clear error before any memory is read.
+fn getrf_past_32_bit_sizes(device: &Device) -> Result<(), String> {
+    let rows = 1usize << 31;
+    let (a, lu) = (
+        device.untouched::<f32>(dims3(1, rows, 1)),
+        device.untouched::<f32>(dims3(1, rows, 1)),
+    );
+    let (ipiv, info) = (
+        device.zeros::<i32>(vec![1, 1]),
+        device.zeros::<i32>(vec![1]),
+    );
+    for handler in [
+        ops::getrf::cuda::ferrax_cuda_getrf as XLA_FFI_Handler,
+        ops::getrf::cuda::ferrax_cuda_getrf_row_major,
+    ] {
+        match device.call(handler, &[&a], &[&lu, &ipiv, &info], &[]) {
+            Err(message) if message.contains("rows = 2147483648") && message.contains("32-bit") => {
+            }
+            other => {
+                return Err(format!(
+                    "2^31 rows: expected the 32-bit error, got {other:?}"
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `[batch, m, n]` as an operand's dims.

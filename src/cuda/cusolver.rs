@@ -3,7 +3,7 @@
 //! bound to XLA's stream; [`Dense`] maps each of the four element types to its routines.
 
 use super::runtime::{Bound, HandlePool, Library};
-use crate::ffi::Result;
+use crate::ffi::{Error, Result};
 use cudarc::cusolver::sys;
 use num_complex::Complex;
 use std::ffi::c_int;
@@ -49,8 +49,21 @@ impl Solver<'_> {
     ) -> Result<c_int> {
         let mut lwork: c_int = 0;
         self.run(routine, |h| query(h, &mut lwork))?;
-        Ok(lwork.max(1))
+        workspace_len(routine, lwork)
     }
+}
+
+/// A queried `lwork` as the workspace's length (at least 1). The 32-bit API reports a
+/// workspace past `i32::MAX` elements as a wrapped, negative size: an error, never a
+/// 1-element workspace that the routine would overrun.
+fn workspace_len(routine: &str, lwork: c_int) -> Result<c_int> {
+    if lwork < 0 {
+        return Err(Error::invalid_argument(format!(
+            "cuSOLVER's {routine} reports a workspace of {lwork} elements: the matrices are \
+             past its 32-bit API"
+        )));
+    }
+    Ok(lwork.max(1))
 }
 
 /// The routines of one element type, with ferrax's element types in place of cuSOLVER's
@@ -450,3 +463,20 @@ dense!(
     cusolverDnZunmqr_bufferSize,
     cusolverDnZunmqr
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wrapped_workspace_size_is_an_error() {
+        assert_eq!(workspace_len("getrf_bufferSize", 0).ok(), Some(1));
+        assert_eq!(workspace_len("getrf_bufferSize", 4096).ok(), Some(4096));
+        let error = workspace_len("geqrf_bufferSize", i32::MIN + 7).unwrap_err();
+        assert!(
+            error.message.contains("geqrf_bufferSize") && error.message.contains("32-bit"),
+            "{}",
+            error.message
+        );
+    }
+}

@@ -3,8 +3,8 @@
 
 use super::cusolver::{Handle as SolverHandle, Solver, Status as SolverStatus};
 use super::GpuStream;
+use crate::ffi::Error;
 use crate::ffi::{MatrixBatch, Result, ScratchAllocator};
-use crate::linalg::lapack_int;
 use std::ffi::c_int;
 
 /// What a GPU handler's cuSOLVER/cuBLAS path needs besides its operands: XLA's stream (with
@@ -20,7 +20,7 @@ impl<'a> GpuLibrary<'a> {
         GpuLibrary { gpu, scratch }
     }
 
-    /// Device workspace for `lwork` elements of `T`.
+    /// Device workspace for `lwork` elements of `T` (a size from [`Solver::lwork`]).
     pub fn workspace<T>(&self, lwork: i32) -> Result<*mut T> {
         let bytes = (lwork.max(1) as usize) * std::mem::size_of::<T>();
         Ok(self.scratch.allocate(bytes, 16)?.cast())
@@ -65,10 +65,20 @@ impl<'a> GpuLibrary<'a> {
 }
 
 /// A batch's rows, columns and count as the libraries' 32-bit integers.
-pub(crate) fn lapack_dims(shape: MatrixBatch) -> Result<[i32; 3]> {
+pub(crate) fn library_dims(shape: MatrixBatch) -> Result<[i32; 3]> {
     Ok([
-        lapack_int("rows", shape.rows)?,
-        lapack_int("columns", shape.cols)?,
-        lapack_int("batch", shape.batch)?,
+        library_int("rows", shape.rows)?,
+        library_int("columns", shape.cols)?,
+        library_int("batch", shape.batch)?,
     ])
+}
+
+/// `value` as the 32-bit integer of cuSOLVER's and cuBLAS's API (jaxlib's too), or an error
+/// naming `what` it is: ferrax does not call their 64-bit API yet.
+pub(crate) fn library_int(what: &str, value: usize) -> Result<i32> {
+    i32::try_from(value).map_err(|_| {
+        Error::invalid_argument(format!(
+            "{what} = {value} exceeds the 32-bit integers of cuSOLVER's and cuBLAS's API"
+        ))
+    })
 }

@@ -16,5 +16,5 @@ mod library;
 mod runtime;
 
 pub(crate) use kernels::{small_kernel, GpuScalar};
-pub(crate) use library::{lapack_dims, GpuLibrary};
+pub(crate) use library::{library_dims, library_int, GpuLibrary};
 pub use runtime::{Bound, GpuStream, HandlePool, Library, KERNELS_PTX};

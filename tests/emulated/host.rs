@@ -96,6 +96,21 @@ impl Device {
         }
     }
 
+    /// A device buffer of `dims` elements of `T` whose memory is never touched (it costs
+    /// address space only): for handlers that must refuse the shape before reading it.
+    pub fn untouched<T: NativeType>(&self, dims: Vec<i64>) -> Operand<'_> {
+        let bytes = dims.iter().map(|&d| d as usize).product::<usize>() * std::mem::size_of::<T>();
+        // SAFETY: the emulator's allocator.
+        let data = unsafe { (self.alloc)(bytes) };
+        assert!(!data.is_null(), "device allocation of {bytes} bytes");
+        Operand {
+            device: self,
+            dtype: T::DTYPE.to_raw(),
+            dims,
+            data,
+        }
+    }
+
     /// Calls `handler` as XLA's CUDA runtime would: on the device's stream, with a scratch
     /// allocator on its memory. Returns the calls the emulator logged (kernels launched,
     /// library routines), or the handler's error or the emulator's problems.

@@ -4,7 +4,7 @@
 use super::{Getrf, GETRF, GETRF_ROW_MAJOR};
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Solver};
-use crate::cuda::{lapack_dims, small_kernel, GpuLibrary, GpuScalar, GpuStream};
+use crate::cuda::{library_dims, small_kernel, GpuLibrary, GpuScalar, GpuStream};
 use crate::ffi::{MatrixBatch, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
 use ferrax_kernels::launch::ScalarKind;
@@ -56,7 +56,7 @@ fn getrf_cuda<T: GpuScalar, const ROW_MAJOR: bool>(
     })?
     else {
         let library = GpuLibrary::new(&gpu, &scratch);
-        let dims = lapack_dims(shape)?;
+        let dims = library_dims(shape)?;
         let (a_ptr, lu_ptr) = (a_ptr.cast(), lu_ptr.cast());
         let bytes = shape.batch * shape.matrix_len() * kind.bytes();
         let column_major = if ROW_MAJOR {

@@ -3,10 +3,9 @@
 
 use super::{Cholesky, Potrf, CHOLESKY, POTRF};
 use crate::cuda::cusolver::{Dense, Fill, Solver};
-use crate::cuda::{small_kernel, GpuLibrary, GpuScalar, GpuStream};
+use crate::cuda::{library_int, small_kernel, GpuLibrary, GpuScalar, GpuStream};
 use crate::ffi::{Error, MatrixBatch, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
-use crate::linalg::lapack_int;
 use ferrax_kernels::small::{CholeskyArgs, PotrfArgs};
 
 ffi_handlers! {
@@ -97,7 +96,7 @@ fn potrf_cuda<T: GpuScalar>(
     })?
     else {
         let library = GpuLibrary::new(&gpu, &scratch);
-        let dims = [lapack_int("order", shape.rows)?, lapack_int("batch", shape.batch)?];
+        let dims = [library_int("order", shape.rows)?, library_int("batch", shape.batch)?];
         let fill = if lower == 1 {
             Fill::CUBLAS_FILL_MODE_LOWER
         } else {

@@ -4,10 +4,9 @@
 use super::{Geqrf, Orgqr, Ormqr, OrmqrShapes, Qr, GEQRF, ORGQR, ORMQR, QR};
 use crate::cuda::cublas::{Batched, Blas};
 use crate::cuda::cusolver::{Dense, Op, Side};
-use crate::cuda::{lapack_dims, small_kernel, GpuLibrary, GpuScalar, GpuStream};
+use crate::cuda::{library_dims, library_int, small_kernel, GpuLibrary, GpuScalar, GpuStream};
 use crate::ffi::{Error, MatrixBatch, Matrices, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
-use crate::linalg::lapack_int;
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::relayout::Strides;
 use ferrax_kernels::small::qr::{self as small_qr, GeqrfArgs, OrgqrArgs, OrmqrArgs, QrArgs};
@@ -99,7 +98,7 @@ fn geqrf_cuda<T: GpuScalar>(
     })?
     else {
         let library = GpuLibrary::new(&gpu, &scratch);
-        let dims = lapack_dims(shape)?;
+        let dims = library_dims(shape)?;
         let stride = shape.matrix_len();
         return geqrf_library(library, shape, dims, stride, a, tau);
     };
@@ -182,10 +181,10 @@ fn qr_cuda<T: GpuScalar>(
     else {
         let library = GpuLibrary::new(&gpu, &scratch);
         let dims = [
-            lapack_int("rows", shape.rows)?,
-            lapack_int("columns", shape.cols)?,
-            lapack_int("columns of Q", q_cols)?,
-            lapack_int("batch", shape.batch)?,
+            library_int("rows", shape.rows)?,
+            library_int("columns", shape.cols)?,
+            library_int("columns of Q", q_cols)?,
+            library_int("batch", shape.batch)?,
         ];
         let pointers = [a_ptr, q_ptr, r_ptr].map(|p| p.cast::<std::ffi::c_void>());
         return qr_library::<T>(library, shape, dims, kind, pointers);
@@ -278,7 +277,7 @@ fn orgqr_cuda<T: GpuScalar>(
         return Ok(());
     }
     let gpu = gpu_in_place(stream, &x, &x_out)?;
-    let reflectors = lapack_int("reflectors", k)?;
+    let reflectors = library_int("reflectors", k)?;
     let (a, tau) = (x_out.ptr(), tau.ptr());
     // k <= n <= 128 once a kernel takes the shape.
     let Some(config) = small_kernel(&gpu, shape, |m, n, batch, max_shared| {
@@ -287,8 +286,8 @@ fn orgqr_cuda<T: GpuScalar>(
     else {
         let library = GpuLibrary::new(&gpu, &scratch);
         let dims = [
-            lapack_int("rows", shape.rows)?,
-            lapack_int("columns", shape.cols)?,
+            library_int("rows", shape.rows)?,
+            library_int("columns", shape.cols)?,
             reflectors,
         ];
         let stride = shape.matrix_len();
@@ -398,10 +397,10 @@ fn ormqr_cuda<T: GpuScalar>(
         Side::CUBLAS_SIDE_RIGHT
     };
     let dims = [
-        lapack_int("rows", shape.rows)?,
-        lapack_int("columns", shape.cols)?,
-        lapack_int("reflectors", shapes.k)?,
-        lapack_int("reflector length", shapes.reflectors.rows)?,
+        library_int("rows", shape.rows)?,
+        library_int("columns", shape.cols)?,
+        library_int("reflectors", shapes.k)?,
+        library_int("reflector length", shapes.reflectors.rows)?,
     ];
     let (a, tau, c) = (a.ptr(), tau.ptr(), c_out.ptr());
     let operands = (a.cast_const(), tau.cast_const(), c);
