@@ -237,7 +237,8 @@ fn compile(compiler: &str, args: &[&str], source: &Path) {
         .unwrap_or_else(|e| panic!("{compiler}: {e}"));
     assert!(
         output.status.success(),
-        "{compiler} rejects the header:\n{}",
+        "{compiler} rejects {}:\n{}",
+        source.display(),
         String::from_utf8_lossy(&output.stderr)
     );
 }
@@ -251,4 +252,86 @@ fn header_compiles_as_c_and_cpp() {
     std::fs::write(&cpp, "#include \"ferrax.h\"\nint main() { return ferrax_abi_version() == FERRAX_ABI_VERSION ? 0 : 1; }\n").unwrap();
     compile("cc", &["-std=c11"], &c);
     compile("g++", &["-std=c++17"], &cpp);
+}
+
+/// The C spelling of a Rust FFI type in tests/common/capi.rs; panics on any other, so that no
+/// declaration escapes the check below.
+fn c_spelling(rust: &str) -> String {
+    if let Some(pointee) = rust.strip_prefix("*mut ") {
+        return format!("{} *", c_spelling(pointee.trim()));
+    }
+    if let Some(pointee) = rust.strip_prefix("*const ") {
+        // Postfix `const` so that a pointee that is itself a pointer stays right.
+        return format!("{} const *", c_spelling(pointee.trim()));
+    }
+    match rust {
+        "c_int" => "int",
+        "c_char" => "char",
+        "i32" => "int32_t",
+        "i64" => "int64_t",
+        "usize" => "size_t",
+        "f32" => "float",
+        "f64" => "double",
+        "C64" | "Complex<f64>" => "ferrax_complex_double",
+        "Complex<f32>" => "ferrax_complex_float",
+        other => panic!("tests/common/capi.rs: no C spelling for Rust type `{other}`"),
+    }
+    .into()
+}
+
+/// The `extern "C"` block of tests/common/capi.rs as C prototypes, by function name.
+fn rust_declarations() -> Vec<(String, String)> {
+    let source = std::fs::read_to_string(root().join("tests/common/capi.rs")).unwrap();
+    let open = "extern \"C\" {";
+    let start = source.find(open).expect("no extern \"C\" block") + open.len();
+    let block = &source[start..start + source[start..].find("\n}").unwrap()];
+    let block = block.split_whitespace().collect::<Vec<_>>().join(" ");
+    block
+        .split(';')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            let item = item
+                .strip_prefix("pub fn ")
+                .unwrap_or_else(|| panic!("not a fn: {item}"));
+            let (name, rest) = item.split_once('(').unwrap();
+            let name = name.trim();
+            let (params, ret) = rest.rsplit_once(')').unwrap();
+            let params: Vec<String> = params
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(|p| c_spelling(p.split_once(':').unwrap().1.trim()))
+                .collect();
+            let ret = match ret.trim().strip_prefix("->") {
+                Some(ret) => c_spelling(ret.trim()),
+                None => "void".into(),
+            };
+            let params = if params.is_empty() {
+                "void".into()
+            } else {
+                params.join(", ")
+            };
+            (name.to_string(), format!("{ret} {name}({params});"))
+        })
+        .collect()
+}
+
+/// The Rust tests and fuzz targets call the C ABI through hand-written declarations; C rejects
+/// a redeclaration with conflicting types, so redeclaring each after the header catches any
+/// that has drifted from it (which would otherwise be silent UB).
+#[test]
+fn rust_test_declarations_match_the_header() {
+    let declarations = rust_declarations();
+    assert!(declarations.len() >= 15, "parsed only {declarations:?}");
+    let header = declared(&generate());
+    let mut c = String::from("#include \"ferrax.h\"\n");
+    for (name, prototype) in &declarations {
+        assert!(header.contains(name), "{name} is not in include/ferrax.h");
+        c.push_str(prototype);
+        c.push('\n');
+    }
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rust_declarations.c");
+    std::fs::write(&path, c).unwrap();
+    compile("cc", &["-std=c11"], &path);
 }
