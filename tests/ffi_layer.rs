@@ -1419,6 +1419,25 @@ fn pivots_to_permutation_rejects_permutation_shorter_than_pivots() {
     );
 }
 
+#[test]
+fn pivots_to_permutation_rejects_permutations_past_int32_indices() {
+    let ctx = FakeCtx::new(PoolMode::Threads(2));
+    let p = 1i64 << 31;
+    let outcome = Frame::new(&ctx)
+        .arg(Buf::zeros::<i32>(&[1, 1]))
+        .ret(Buf::reserved::<i32>(&[1, p]))
+        .call(ferrax::ops::pivots::cpu::ferrax_cpu_lu_pivots_to_permutation);
+    assert_error(
+        outcome,
+        INVALID_ARGUMENT,
+        &[
+            "ferrax_lu_pivots_to_permutation: ",
+            "permutation_size <= 2147483647",
+            "got 2147483648",
+        ],
+    );
+}
+
 /// A getrf frame for a batch of `batch` n x n matrices of `T`.
 fn getrf_frame<T: NativeType + Default>(ctx: &FakeCtx, batch: i64, n: i64) -> Frame<'_> {
     Frame::new(ctx)

@@ -23,12 +23,8 @@ fn pivots_cuda(stream: Stream, ops: Pivots<'_>) -> Result<()> {
     if batch == 0 {
         return Ok(());
     }
-    let (Ok(k), Ok(size)) = (u32::try_from(k), u32::try_from(size)) else {
-        return Err(permutation.mismatch(
-            "at most 2^32-1 pivots and permutation entries per matrix".into(),
-            format!("k = {k}, permutation_size = {size}"),
-        ));
-    };
+    // `dimensions` bounds both: k <= size <= i32::MAX.
+    let (k, size) = (k as u32, size as u32);
     let gpu = GpuStream::adopt(stream)?;
     let batch = batch as u64;
     let config = ferrax_kernels::pivots::launch_config(

@@ -48,6 +48,13 @@ fn dimensions(
             format!("{p}"),
         ));
     }
+    // Each entry is an int32 row index.
+    if p > i32::MAX as usize {
+        return Err(permutation.mismatch(
+            format!("permutation_size <= {} (int32 indices)", i32::MAX),
+            format!("{p}"),
+        ));
+    }
     let batch = permutation.len().checked_div(p).unwrap_or(0);
     Ok((batch, k, p))
 }
