@@ -46,12 +46,16 @@ fn cholesky_cuda<T: GpuScalar>(stream: Stream, ops: Cholesky<'_, T>) -> Result<(
         n.and_then(|n| ferrax_kernels::small::cholesky_launch(T::KIND, n, shape.batch as u64))
     else {
         let max = ferrax_kernels::small::FUSED_CHOLESKY_BLOCK_MAX;
+        let limit = if shape.rows <= max as usize {
+            // Only a batch that needs more than 2^31 - 1 blocks of the warp kernels.
+            format!("batches of up to 2^31 - 1 blocks, got {} matrices", shape.batch)
+        } else {
+            format!("matrices up to {max}×{max}, got {}×{}", shape.rows, shape.cols)
+        };
         return Err(Error::unimplemented(format!(
-            "{}: on CUDA its kernels take matrices up to {max}×{max}, got {}×{} (jax's cholesky \
-             steps with ferrax_potrf take any order)",
+            "{}: on CUDA its kernels take {limit} (jax's cholesky steps with ferrax_potrf take \
+             any shape)",
             CHOLESKY.to_string_lossy(),
-            shape.rows,
-            shape.cols
         )));
     };
     let args = CholeskyArgs {
