@@ -1,7 +1,7 @@
 """Eight threads run eight different ferrax targets at once under real XLA, each executable
 many times over, all sharing XLA's CPU thread pool that the handlers split their batches on:
 every result must be bit-identical to the same executable run alone. (The C ABI's side of the
-same check is tests/concurrency.rs.)"""
+same check is test_capi.py's test_concurrent_calls_match_calls_alone.)"""
 
 import threading
 
