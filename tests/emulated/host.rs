@@ -82,18 +82,10 @@ impl Device {
 
     /// A zeroed device buffer of `dims` elements of `T`.
     pub fn zeros<T: NativeType>(&self, dims: Vec<i64>) -> Operand<'_> {
-        let len: usize = dims.iter().map(|&d| d as usize).product();
-        let bytes = len * std::mem::size_of::<T>();
-        // SAFETY: the emulator's allocator; zeroed below over exactly `bytes`.
-        let data = unsafe { (self.alloc)(bytes) };
-        assert!(!data.is_null(), "device allocation of {bytes} bytes");
-        unsafe { ptr::write_bytes(data.cast::<u8>(), 0, bytes) };
-        Operand {
-            device: self,
-            dtype: T::DTYPE.to_raw(),
-            dims,
-            data,
-        }
+        let buffer = self.untouched::<T>(dims);
+        // SAFETY: the buffer holds that many elements of `T`.
+        unsafe { ptr::write_bytes(buffer.data.cast::<T>(), 0, buffer.len::<T>()) };
+        buffer
     }
 
     /// A device buffer of `dims` elements of `T` whose memory is never touched (it costs
