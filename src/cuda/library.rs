@@ -3,8 +3,8 @@
 
 use super::cusolver::{Handle as SolverHandle, Solver, Status as SolverStatus};
 use super::GpuStream;
-use crate::ffi::Error;
 use crate::ffi::{MatrixBatch, Result, ScratchAllocator};
+use crate::linalg::api_int;
 use std::ffi::c_int;
 
 /// What a GPU handler's cuSOLVER/cuBLAS path needs besides its operands: XLA's stream (with
@@ -76,9 +76,5 @@ pub(crate) fn library_dims(shape: MatrixBatch) -> Result<[i32; 3]> {
 /// `value` as the 32-bit integer of cuSOLVER's and cuBLAS's API (jaxlib's too), or an error
 /// naming `what` it is: ferrax does not call their 64-bit API yet.
 pub(crate) fn library_int(what: &str, value: usize) -> Result<i32> {
-    i32::try_from(value).map_err(|_| {
-        Error::invalid_argument(format!(
-            "{what} = {value} exceeds the 32-bit integers of cuSOLVER's and cuBLAS's API"
-        ))
-    })
+    api_int("cuSOLVER's and cuBLAS's", what, value)
 }

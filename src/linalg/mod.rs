@@ -78,9 +78,14 @@ pub fn routine<F>(lookup: std::result::Result<F, ferrax_cpu_fallback::Missing>) 
 
 /// `value` as LAPACK's 32-bit integer, or an error naming `what` it is.
 pub fn lapack_int(what: &str, value: usize) -> Result<i32> {
+    api_int("LAPACK's", what, value)
+}
+
+/// `value` as the 32-bit integer of `api` (e.g. "LAPACK's"), or an error naming `what` it is.
+pub fn api_int(api: &str, what: &str, value: usize) -> Result<i32> {
     i32::try_from(value).map_err(|_| {
         Error::invalid_argument(format!(
-            "{what} = {value} exceeds LAPACK's 32-bit integer range"
+            "{what} = {value} exceeds {api} 32-bit integer range"
         ))
     })
 }
