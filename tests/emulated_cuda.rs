@@ -14,6 +14,8 @@
 
 #[path = "common/api_table.rs"]
 mod api_table;
+#[path = "common/rng.rs"]
+mod rng;
 
 mod emulated {
     pub mod host;
@@ -21,7 +23,7 @@ mod emulated {
 }
 
 use emulated::host::{run, Attr, Device};
-use emulated::scalar::{Rng, TestScalar};
+use emulated::scalar::{RandomInputs, Rng, TestScalar};
 use ferrax::ffi::sys::XLA_FFI_Handler;
 use ferrax::linalg::flags::{Side, Trans, Uplo};
 use ferrax::linalg::matrix::{Batch, InOut, Layout};
@@ -116,7 +118,7 @@ fn positive_definite<T: TestScalar>(rng: &mut Rng, batch: usize, n: usize) -> Ve
 /// other triangle: only the factor's triangle is compared; `potrf` for one matrix), with an
 /// indefinite matrix (info > 0).
 fn potrf<T: TestScalar>(device: &Device, uplo: Uplo) -> Result<(), String> {
-    let mut rng = Rng::new(12);
+    let mut rng = Rng(12);
     let letter = if uplo == Uplo::Lower { b'L' } else { b'U' };
     for (batch, n, path) in [
         (9, 8, "ferrax_potrf_small_"),
@@ -179,7 +181,7 @@ fn potrf<T: TestScalar>(device: &Device, uplo: Uplo) -> Result<(), String> {
 /// warp kernels up to 32, the block kernel up to 48, a failing matrix (NaN), and past 48 the
 /// error that says to take jax's steps.
 fn cholesky<T: TestScalar>(device: &Device) -> Result<(), String> {
-    let mut rng = Rng::new(13);
+    let mut rng = Rng(13);
     for (batch, n, symmetrize, path) in [
         (7, 4, true, "ferrax_cholesky_small_"),
         (3, 24, false, "ferrax_cholesky_small_"),
@@ -232,7 +234,7 @@ fn cholesky<T: TestScalar>(device: &Device) -> Result<(), String> {
 /// kernels, the block kernels, and past them cuBLAS's batched geqrf (many matrices of up to
 /// 256 rows) or cuSOLVER's looped one, and cuSOLVER's orgqr.
 fn geqrf_orgqr<T: TestScalar>(device: &Device) -> Result<(), String> {
-    let mut rng = Rng::new(14);
+    let mut rng = Rng(14);
     let shapes = [
         (5, 8, 6, "ferrax_geqrf_small_", "ferrax_orgqr_small_"),
         (3, 60, 40, "_block", "_block"),
@@ -288,7 +290,7 @@ fn geqrf_orgqr<T: TestScalar>(device: &Device) -> Result<(), String> {
 /// `ferrax_ormqr` (Q·C, Qᴴ·C, C·Q, C·Qᴴ) against the CPU core: the kernel for Q up to 128
 /// acting on up to 128 vectors, cuSOLVER past it.
 fn ormqr<T: TestScalar>(device: &Device) -> Result<(), String> {
-    let mut rng = Rng::new(15);
+    let mut rng = Rng(15);
     // cuSOLVER's ormqr is unmqr for complex matrices.
     for (batch, q_order, k, vectors, path) in [
         (4, 12, 7, 5, "ferrax_ormqr_small_"),
@@ -369,7 +371,7 @@ fn ormqr<T: TestScalar>(device: &Device) -> Result<(), String> {
 /// `ferrax_qr` (jax's whole `qr` on row-major arrays) against the CPU core: the fused warp and
 /// block kernels, and past them geqrf and orgqr from the libraries on a column-major copy.
 fn qr<T: TestScalar>(device: &Device, full_matrices: bool) -> Result<(), String> {
-    let mut rng = Rng::new(16);
+    let mut rng = Rng(16);
     for (batch, m, n, path) in [
         (5, 9, 6, "ferrax_qr_small_"),
         (3, 6, 11, "ferrax_qr_small_"),
@@ -415,7 +417,7 @@ fn qr<T: TestScalar>(device: &Device, full_matrices: bool) -> Result<(), String>
 /// `ferrax_cholesky_update` (R row-major upper, `R'ᴴR' = RᴴR + wwᴴ`) checked by that identity,
 /// for the grouped, one-warp and multi-warp kernels.
 fn cholesky_update<T: TestScalar>(device: &Device) -> Result<(), String> {
-    let mut rng = Rng::new(17);
+    let mut rng = Rng(17);
     // The one-warp kernel takes orders past 32 for batches of 8 per multiprocessor (the child
     // runs with 4).
     for (batch, n, path) in [
@@ -490,7 +492,7 @@ fn cholesky_update<T: TestScalar>(device: &Device) -> Result<(), String> {
 /// `ferrax_lu_pivots_to_permutation` for the batched, one-block-per-matrix and global kernels,
 /// against the swaps applied in order.
 fn pivots_to_permutation(device: &Device) -> Result<(), String> {
-    let mut rng = Rng::new(18);
+    let mut rng = Rng(18);
     for (batch, k, size, path) in [
         (300, 8, 8, "permutation"),
         (3, 300, 400, "_large"),
@@ -524,7 +526,7 @@ fn pivots_to_permutation(device: &Device) -> Result<(), String> {
 
 /// `ferrax_threefry2x32` against the kernels crate's scalar hash (bit-exact with jax's).
 fn threefry2x32(device: &Device) -> Result<(), String> {
-    let mut rng = Rng::new(19);
+    let mut rng = Rng(19);
     let n = 5000;
     let inputs: Vec<Vec<u32>> = (0..4).map(|_| rng.words(n)).collect();
     let dims = vec![n as i64, 1];
@@ -561,7 +563,7 @@ fn threefry2x32(device: &Device) -> Result<(), String> {
 /// hash of each counter: element `e` of key `k` hashes counter `e` (high word first), its two
 /// words joined for u64 and xor-ed (then truncated) otherwise.
 fn threefry2x32_bits(device: &Device) -> Result<(), String> {
-    let mut rng = Rng::new(20);
+    let mut rng = Rng(20);
     let (keys, per_key) = (3usize, 1001usize);
     let key_words = rng.words(2 * keys);
     let k_dev = device.upload(&key_words, vec![keys as i64, 2]);
@@ -688,7 +690,7 @@ fn getrf<T: TestScalar>(device: &Device, layout: Layout) -> Result<(), String> {
         Layout::ColumnMajor => ops::getrf::cuda::ferrax_cuda_getrf,
         Layout::RowMajor => ops::getrf::cuda::ferrax_cuda_getrf_row_major,
     };
-    let mut rng = Rng::new(11);
+    let mut rng = Rng(11);
     let shapes: [(usize, usize, usize, &str); 7] = [
         (5, 8, 8, "ferrax_getrf_small_"),
         (4, 3, 7, "ferrax_getrf_small_"),

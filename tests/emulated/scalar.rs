@@ -59,33 +59,23 @@ macro_rules! complex {
 complex!(f32);
 complex!(f64);
 
-/// xorshift64*: reproducible inputs, different for every seed.
-pub struct Rng(u64);
+pub use crate::rng::Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn uniform(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        (x >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-    }
-
+/// Inputs for the emulated device's cases, from the Rust tests' generator.
+pub trait RandomInputs {
     /// `len` elements with uniform parts.
-    pub fn matrix<T: TestScalar>(&mut self, len: usize) -> Vec<T> {
+    fn matrix<T: TestScalar>(&mut self, len: usize) -> Vec<T>;
+    fn words(&mut self, len: usize) -> Vec<u32>;
+}
+
+impl RandomInputs for Rng {
+    fn matrix<T: TestScalar>(&mut self, len: usize) -> Vec<T> {
         (0..len)
             .map(|_| T::from_parts(self.uniform(), self.uniform()))
             .collect()
     }
 
-    pub fn words(&mut self, len: usize) -> Vec<u32> {
-        (0..len)
-            .map(|_| (self.uniform().to_bits() >> 20) as u32)
-            .collect()
+    fn words(&mut self, len: usize) -> Vec<u32> {
+        (0..len).map(|_| self.next_u32()).collect()
     }
 }
