@@ -47,7 +47,10 @@ fn block_kernels_loop_over_any_batch() {
         for n in [48, 100] {
             let batch = 1u64 << 40;
             let getrf = small::getrf_launch(kind, n, n, batch, OPT_IN_SHARED);
-            assert!(n > 48 || getrf.is_some(), "getrf {kind:?} {n}×{n}: no block kernel");
+            assert!(
+                n > 48 || getrf.is_some(),
+                "getrf {kind:?} {n}×{n}: no block kernel"
+            );
             let geqrf = qr::geqrf_launch(kind, n, n, batch, OPT_IN_SHARED);
             for (what, grid) in [
                 ("getrf", getrf.map(|l| l.grid)),
