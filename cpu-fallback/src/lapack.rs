@@ -86,6 +86,11 @@ families! {
                       m: *const I, n: *const I, alpha: *const T, a: *const T, lda: *const I,
                       b: *mut T, ldb: *const I)
             = ["strsm", "dtrsm", "ctrsm", "ztrsm"];
+        /// BLAS `?gemm`: general matrix product `C = alpha·op(A)·op(B) + beta·C`.
+        gemm: Gemm<T>(transa: *const C, transb: *const C, m: *const I, n: *const I,
+                      k: *const I, alpha: *const T, a: *const T, lda: *const I, b: *const T,
+                      ldb: *const I, beta: *const T, c: *mut T, ldc: *const I)
+            = ["sgemm", "dgemm", "cgemm", "zgemm"];
         /// `?ormqr` / `?unmqr`: multiplies by Q from Householder reflectors.
         ormqr: Ormqr<T>(side: *const C, trans: *const C, m: *const I, n: *const I, k: *const I,
                         a: *const T, lda: *const I, tau: *const T, c: *mut T, ldc: *const I,
