@@ -68,6 +68,14 @@ typedef struct ferrax_limit {
 } ferrax_limit;
 const ferrax_limit *ferrax_limits(size_t *count);
 
+/* The sizes of the operands of ferrax's RNN targets (ferrax_rnn, ferrax_rnn_bwd) for a network
+ * of cell `mode` (0 ReLU, 1 tanh, 2 LSTM, 3 GRU) and `batch` sequences of `steps`: the packed
+ * weights' length and the reserve's length at which the CPU targets keep what the backward
+ * pass needs, both in scalars of the computation (f32 or f64). */
+int ferrax_rnn_sizes(int mode, int64_t input_size, int64_t hidden_size, int64_t num_layers,
+                     int bidirectional, int64_t batch, int64_t steps, uint64_t *weights,
+                     uint64_t *reserve);
+
 /*
  * LU with partial pivoting of `batch` m x n matrices: `a` is overwritten by L and U,
  * `ipiv` (batch x min(m, n)) gets LAPACK's 1-based row swaps, `info` one code per matrix.

@@ -6,6 +6,7 @@ mod lapack;
 mod limits;
 pub mod linalg;
 mod pool;
+mod rnn;
 mod targets;
 
 pub use limits::{ferrax_limits, FerraxLimit};

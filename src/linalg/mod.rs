@@ -13,6 +13,7 @@ pub mod getrf;
 pub mod hessenberg;
 pub mod potrf;
 pub mod qr;
+pub mod rnn;
 pub mod schur;
 pub mod sparse;
 pub mod svd;

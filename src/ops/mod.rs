@@ -26,6 +26,7 @@ families!(
     pivots,
     potrf,
     qr,
+    rnn,
     schur,
     sparse,
     svd,
