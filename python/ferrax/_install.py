@@ -17,8 +17,8 @@ code runs on ferrax. Three tables say everything install() does:
 - ``_PATCHES``: everything install() replaces and uninstall() restores, each a ``Patch`` that
   saves and restores itself: the LAPACK names, the table's lowering rules, module attributes
   (jax's ``cholesky`` becomes ``ferrax.linalg.cholesky``, one call where jax symmetrizes and
-  takes ``tril`` outside its primitive; the sparse rule the BCSR lowering looks up) and a
-  batching rule.
+  takes ``tril`` outside its primitive; the sparse rule the BCSR lowering looks up), batching
+  rules, and the shapes of jax's RNN (sized by ferrax, where jax's ask a GPU).
 
 Every rule install() places lowers by jax's own rule when lowering for a plain
 ``jax.export.export`` (``_export``): the rows' rules, jax's other CPU linalg rules (wrapped so
@@ -46,11 +46,12 @@ from jax._src import core
 from jax._src.interpreters import batching, mlir
 from jax._src.lax import linalg as lax_linalg
 from jax._src.random import threefry2x32 as jax_threefry
+from jax.experimental import rnn as jax_rnn
 # Imported here rather than on install: importing it registers jax's own sparse lowering rules,
 # which must already be in place when install() saves the rules it replaces.
 from jax.experimental.sparse import _lowerings as sparse_lowerings
 
-from ferrax import _export, _primitives, _rules, _targets as T, linalg
+from ferrax import _export, _primitives, _rules, _targets as T, linalg, rnn
 from ferrax._registry import register
 
 #: jaxlib's LAPACK function base name -> the ferrax target with the same contract (jax names
@@ -166,6 +167,11 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cpu", jax_threefry.threefry2x32_p, ALWAYS, R.threefry2x32),
     Route("cpu", S.csr_spmv_p, ALWAYS, R.csr_spmm),
     Route("cpu", S.csr_spmm_p, ALWAYS, R.csr_spmm),
+    # jax.experimental.rnn's LSTM, which jaxlib lowers on GPUs only, and ferrax.rnn's cells.
+    Route("cpu", jax_rnn.rnn_fwd_p, ALWAYS, R.rnn_fwd),
+    Route("cpu", jax_rnn.rnn_bwd_p, ALWAYS, R.rnn_bwd),
+    Route("cpu", rnn.rnn_fwd_p, ALWAYS, rnn.fwd_lowering, on_import=True),
+    Route("cpu", rnn.rnn_bwd_p, ALWAYS, rnn.bwd_lowering, on_import=True),
     Route("cuda", L.lu_p, _gpu("getrf"), R.lu_row_major),
     # Sized as jax's steps would be: ferrax_qr replaces ferrax's geqrf and orgqr together.
     Route("cuda", L.qr_p, _unpivoted(_gpu("geqrf", "orgqr")), R.qr),
@@ -183,11 +189,22 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
 del L, P, R, S
 
 
+def _no_rule(route):
+    """What jax does where it has no rule for the platform (its RNN on the CPU)."""
+
+    def rule(ctx, *args, **params):
+        raise NotImplementedError(f"MLIR translation rule for primitive '{route.primitive.name}' "
+                                  f"not found for platform {route.platform}")
+
+    return rule
+
+
 def _rule(route):
     """``route``'s lowering rule: its ferrax rule where its condition holds, else jax's; jax's
     too when lowering for a plain ``jax.export`` (``_export``)."""
-    jax_rule = (mlir._platform_specific_lowerings[route.platform].get(route.primitive)
-                or mlir._lowerings[route.primitive]).rule
+    entry = (mlir._platform_specific_lowerings[route.platform].get(route.primitive)
+             or mlir._lowerings.get(route.primitive))
+    jax_rule = entry.rule if entry else _no_rule(route)
 
     def rule(ctx, *args, **params):
         with _export.lowering(ctx) as stock:
@@ -287,6 +304,12 @@ _PATCHES = [
     # jax's cholesky_update has no batching rule; ferrax's primitive takes batches.
     _item(batching.fancy_primitive_batchers, lax_linalg.cholesky_update_p,
           _rules.cholesky_update_batcher),
+    # jax's RNN asks cuDNN for its reserve's size at trace time, and has no batching rules;
+    # its lstm writes the reserve outside gradients too, where ferrax's writes none.
+    _attribute(jax_rnn.rnn_fwd_p, "abstract_eval", _rules.rnn_fwd_abstract_eval),
+    _attribute(jax_rnn, "lstm", rnn.lstm),
+    _item(batching.fancy_primitive_batchers, jax_rnn.rnn_fwd_p, _rules.rnn_fwd_batcher),
+    _item(batching.fancy_primitive_batchers, jax_rnn.rnn_bwd_p, _rules.rnn_bwd_batcher),
 ]
 
 _lock = threading.Lock()

@@ -66,6 +66,10 @@ def library() -> ctypes.CDLL:
     lib.ferrax_lapack_register.restype = ctypes.c_int
     lib.ferrax_lapack_register.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
     lib.ferrax_lapack_missing_count.restype = ctypes.c_size_t
+    lib.ferrax_last_error.restype = ctypes.c_char_p
+    lib.ferrax_rnn_sizes.restype = ctypes.c_int
+    lib.ferrax_rnn_sizes.argtypes = [ctypes.c_int, *[ctypes.c_int64] * 3, ctypes.c_int,
+                                     *[ctypes.c_int64] * 2, *[ctypes.POINTER(ctypes.c_uint64)] * 2]
     return lib
 
 
@@ -82,6 +86,18 @@ def limits() -> dict[str, int]:
     count = ctypes.c_size_t()
     table = library().ferrax_limits(ctypes.byref(count))
     return {table[i].name.decode(): table[i].value for i in range(count.value)}
+
+
+def rnn_sizes(mode: int, input_size: int, hidden_size: int, num_layers: int,
+              bidirectional: bool, batch: int, steps: int) -> tuple[int, int]:
+    """The RNN targets' packed weight count and full reserve length, in scalars of the
+    computation (``ferrax_rnn_sizes``); ValueError for an invalid network."""
+    weights, reserve = ctypes.c_uint64(), ctypes.c_uint64()
+    lib = library()
+    if lib.ferrax_rnn_sizes(mode, input_size, hidden_size, num_layers, int(bool(bidirectional)),
+                            batch, steps, ctypes.byref(weights), ctypes.byref(reserve)):
+        raise ValueError(lib.ferrax_last_error().decode())
+    return weights.value, reserve.value
 
 
 def _capsule_pointer(capsule) -> tuple[str, int]:

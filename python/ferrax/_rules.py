@@ -11,8 +11,9 @@ from jax._src import ffi as jax_ffi
 from jax._src.interpreters import batching, mlir
 from jax._src.lax import linalg as lax_linalg
 from jax._src.lib.mlir.dialects import hlo
+from jax.experimental import rnn as jax_rnn
 
-from ferrax import _primitives, _targets, linalg, random
+from ferrax import _primitives, _targets, linalg, random, rnn
 from ferrax._lowering import batched_ffi_lowering
 
 _getrf_row_major = batched_ffi_lowering(_targets.GETRF_ROW_MAJOR, num_non_batch_dims=2,
@@ -148,3 +149,46 @@ def cholesky_update_batcher(axis_data, args, dims):
         return lax_linalg.cholesky_update_p.bind(*args), None
     r, w = (batching.bdim_at_front(x, d, axis_data.size) for x, d in zip(args, dims))
     return linalg.cholesky_update(r, w), 0
+
+
+# jax.experimental.rnn's LSTM primitives (jaxlib lowers them on GPUs only) on ferrax's RNN
+# targets: its parameters are ferrax's with the cell fixed and `allow_tf32` named for cuDNN.
+def rnn_fwd(ctx, *args, cudnn_allow_tf32, **params):
+    return rnn.fwd_lowering(ctx, *args, mode=rnn.MODES["lstm"], allow_tf32=cudnn_allow_tf32,
+                            **params)
+
+
+def rnn_bwd(ctx, *args, cudnn_allow_tf32, **params):
+    """jax's backward primitive (one weight gradient, shaped as the weights) as one
+    ``ferrax_rnn_bwd`` call with one weight group."""
+    dw_aval = ctx.avals_out[3]
+    grouped = core.ShapedArray((1, *dw_aval.shape), dw_aval.dtype)
+    *grads, dw = rnn.bwd_lowering(ctx.replace(avals_out=[*ctx.avals_out[:3], grouped]), *args,
+                                  groups=1, mode=rnn.MODES["lstm"],
+                                  allow_tf32=cudnn_allow_tf32, **params)
+    return [*grads, mlir.reshape(ctx, dw, dw_aval)]
+
+
+def rnn_fwd_abstract_eval(x, h_0, c_0, w, seq_lengths, *, cudnn_allow_tf32, **params):
+    """jax's forward primitive's shapes without a GPU (jax's asks cuDNN for its reserve's size
+    at trace time): ferrax's LSTM's (at least cuDNN's where a GPU can tell)."""
+    avals = rnn.rnn_fwd_p.abstract_eval(x, h_0, c_0, w, seq_lengths, mode=rnn.MODES["lstm"],
+                                        allow_tf32=cudnn_allow_tf32, training=True, **params)
+    return avals
+
+
+def rnn_fwd_batcher(axis_data, args, dims, **params):
+    return rnn.fwd_batcher(jax_rnn.rnn_fwd_p, axis_data, args, dims, **params)
+
+
+def rnn_bwd_batcher(axis_data, args, dims, *, cudnn_allow_tf32, **params):
+    """vmap of jax's backward primitive by ferrax's (whose weight gradient per instance jax's
+    has no place for); one jax call per instance where dropout sends it to jaxlib."""
+    if params["dropout"]:
+        return rnn.map_instances(jax_rnn.rnn_bwd_p, axis_data.size, args, dims,
+                                 dict(params, cudnn_allow_tf32=cudnn_allow_tf32))
+    outs, out_dims = rnn.bwd_batcher(rnn.rnn_bwd_p, axis_data, args, dims, groups=1,
+                                     mode=rnn.MODES["lstm"], allow_tf32=cudnn_allow_tf32,
+                                     **params)
+    *grads, dw = outs
+    return [*grads, dw.reshape(dw.shape[0], *dw.shape[2:])], out_dims

@@ -41,6 +41,10 @@ THREEFRY2X32_BITS = _target("ferrax_threefry2x32_bits", "cuda")
 CHOLESKY_UPDATE = _target("ferrax_cholesky_update", "cuda")
 CHOLESKY = _target("ferrax_cholesky", "cpu", "cuda")
 QR = _target("ferrax_qr", "cpu", "cuda")
+#: The platforms the RNN targets have handlers on.
+RNN_PLATFORMS = ("cpu",)
+RNN = _target("ferrax_rnn", *RNN_PLATFORMS)
+RNN_BWD = _target("ferrax_rnn_bwd", *RNN_PLATFORMS)
 
 # Targets with jaxlib's LAPACK contract, which jax's own rules lower to (``_install``).
 POTRF = _target("ferrax_potrf", "cpu", "cuda")
