@@ -465,6 +465,11 @@ pub const HOST_ENTRIES: &[&[HostEntry]] = &[
     crate::threefry::BITS.host_entries(),
     crate::relayout::COPY_MATRICES.host_entries(),
     crate::pointers::BATCH_POINTERS.host_entries(),
+    crate::rnn::FORWARD_STEP.host_entries(),
+    crate::rnn::FORWARD_FINISH.host_entries(),
+    crate::rnn::BACKWARD_STEP.host_entries(),
+    crate::rnn::BACKWARD_FINISH.host_entries(),
+    crate::rnn::COLUMN_SUMS.host_entries(),
 ];
 
 /// The host entry named `kernel`.

@@ -18,6 +18,7 @@ pub mod launch;
 pub mod pivots;
 pub mod pointers;
 pub mod relayout;
+pub mod rnn;
 pub mod scalar;
 pub mod small;
 pub mod threefry;
@@ -25,6 +26,9 @@ pub mod tridiagonal;
 
 #[cfg(test)]
 mod test_buffer;
+
+#[cfg(feature = "std")]
+extern crate std;
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

@@ -5,7 +5,7 @@
 
 use ferrax_kernels::launch::ScalarKind::{self, *};
 use ferrax_kernels::small::{self, qr, Variant};
-use ferrax_kernels::{cholesky_update, pivots, threefry};
+use ferrax_kernels::{cholesky_update, pivots, rnn, threefry};
 
 const SMS: u32 = 132;
 const OPT_IN_SHARED: usize = 227 << 10;
@@ -29,6 +29,22 @@ fn grid_stride_kernels_are_capped_for_any_length() {
             (1..=32 * SMS).contains(&grid),
             "pivots, batch {length}: {grid}"
         );
+        for kind in [F32, F64] {
+            let grids = [
+                rnn::forward_step_launch(kind, rnn::Mode::Lstm, length).map(|l| l.grid),
+                rnn::backward_step_launch(kind, rnn::Mode::Gru, length).map(|l| l.grid),
+                rnn::forward_finish_launch(kind, length).map(|l| l.grid),
+                rnn::backward_finish_launch(kind, length).map(|l| l.grid),
+                rnn::column_sums_launch(kind, length).map(|l| l.grid),
+            ];
+            for grid in grids {
+                let grid = grid.expect("an entry per real dtype");
+                assert!(
+                    (1..=8 * SMS).contains(&grid),
+                    "rnn {kind:?}, {length}: {grid}"
+                );
+            }
+        }
         for kind in KINDS {
             for n in [4, 64, 1000] {
                 let grid = cholesky_update::launch_config(kind, n, length, SMS).0.grid;

@@ -3,15 +3,16 @@
 //! gradients (one GEMM per matrix, split by gate rows) and the layer input's gradient (one GEMM
 //! per direction, split by rows) as tasks of one pool run.
 
-use super::cell::{Cell, Gru, Lstm, Plain};
+use super::cell::backward_row;
 use super::forward::{layer_sequences, Layer, States};
 use super::{
-    batch_chunks, forward, matmul, part, run_tasks, simd_dispatch, Dims, Inputs, Mode, Outputs,
-    Reserve, RnnScalar, View, WeightLayout,
+    batch_chunks, forward, matmul, part, run_tasks, Dims, Inputs, Mode, Outputs, Reserve,
+    RnnScalar, View, WeightLayout,
 };
 use crate::error::{Error, Result};
 use crate::linalg::parallel::{Pool, SharedMut};
 use crate::memory;
+use ferrax_kernels::rnn::{Cell, Gru, Lstm, Relu, Tanh};
 
 /// The gradients of the forward pass's results: `dy` shaped as `y`, `dh_n` and `dc_n` (LSTM)
 /// as `h0` and `c0`.
@@ -65,8 +66,8 @@ pub fn backward<T: RnnScalar>(
         inner: SharedMut(unsafe { reserve.as_ptr().add(layout.outputs_start) }.cast_mut()),
     };
     let run = match dims.config.mode {
-        Mode::Relu => run::<T, Plain<true>>,
-        Mode::Tanh => run::<T, Plain<false>>,
+        Mode::Relu => run::<T, Relu>,
+        Mode::Tanh => run::<T, Tanh>,
         Mode::Lstm => run::<T, Lstm>,
         Mode::Gru => run::<T, Gru>,
     };
@@ -166,7 +167,7 @@ impl<T> Buffers<T> {
 }
 
 #[allow(clippy::too_many_arguments)] // the pass's operands
-fn run<T: RnnScalar, C: Cell<T>>(
+fn run<T: RnnScalar, C: Cell>(
     pool: &dyn Pool,
     dims: Dims,
     weights: &WeightLayout,
@@ -182,7 +183,7 @@ fn run<T: RnnScalar, C: Cell<T>>(
     let gates_len = memory::product("gate gradients", &[rows, weights.gate_rows])?;
     let h_len = rows * c.hidden_size;
     let mut d_in = memory::vec_of(gates_len * directions, T::ZERO)?;
-    let mut d_rec = if C::SPLIT_GRADIENT {
+    let mut d_rec = if C::MODE.split_gradient() {
         memory::vec_of(gates_len * directions, T::ZERO)?
     } else {
         Vec::new()
@@ -190,7 +191,7 @@ fn run<T: RnnScalar, C: Cell<T>>(
     let mut h_prev = memory::vec_of(h_len * directions, T::ZERO)?;
     let buffers = Buffers {
         d_in: SharedMut(d_in.as_mut_ptr()),
-        d_rec: SharedMut(if C::SPLIT_GRADIENT {
+        d_rec: SharedMut(if C::MODE.split_gradient() {
             d_rec.as_mut_ptr()
         } else {
             d_in.as_mut_ptr()
@@ -267,21 +268,10 @@ struct Step<'a, T> {
 // of `dh0` and `dc0`.
 unsafe impl<T> Sync for Step<'_, T> {}
 
-simd_dispatch!(
-    fn backward_rows<T: RnnScalar, C: Cell<T>>(
-        ctx: &Layer<'_, T>,
-        step: &Step<'_, T>,
-        buffers: &Buffers<T>,
-        d: usize,
-        rows: std::ops::Range<usize>,
-    ) -> Result<()> = backward_rows_portable
-);
-
 /// Direction `d` of the layer over the batch rows `rows`, steps in reverse: the gate
 /// gradients and starting states of every step into `buffers`, the initial states' gradients
 /// into `step`'s.
-#[inline(always)]
-fn backward_rows_portable<T: RnnScalar, C: Cell<T>>(
+fn backward_rows<T: RnnScalar, C: Cell>(
     ctx: &Layer<'_, T>,
     step: &Step<'_, T>,
     buffers: &Buffers<T>,
@@ -305,7 +295,14 @@ fn backward_rows_portable<T: RnnScalar, C: Cell<T>>(
     let (h0, c0) = (ctx.inputs.h0, ctx.inputs.c0);
     let mut dh_next = memory::vec_of(nb * hidden, T::ZERO)?;
     let mut d_in = memory::vec_of(nb * gates, T::ZERO)?;
-    let mut d_rec = memory::vec_of(if C::SPLIT_GRADIENT { nb * gates } else { 0 }, T::ZERO)?;
+    let mut d_rec = memory::vec_of(
+        if C::MODE.split_gradient() {
+            nb * gates
+        } else {
+            0
+        },
+        T::ZERO,
+    )?;
     let mut dh_total = memory::vec_of(hidden, T::ZERO)?;
     let lengths = ctx.inputs.lengths;
     // SAFETY (for the slices of the shared buffers below): each task writes only its own rows
@@ -317,7 +314,7 @@ fn backward_rows_portable<T: RnnScalar, C: Cell<T>>(
     for s in (0..steps).rev() {
         for (i, b) in rows.clone().enumerate() {
             let len = lengths[b] as usize;
-            let rec = if C::SPLIT_GRADIENT {
+            let rec = if C::MODE.split_gradient() {
                 &mut d_rec
             } else {
                 &mut d_in
@@ -361,15 +358,13 @@ fn backward_rows_portable<T: RnnScalar, C: Cell<T>>(
             for ((total, &a), &b) in dh_total.iter_mut().zip(&dh[i * hidden..]).zip(upstream) {
                 *total = a + b;
             }
-            C::backward(
+            backward_row::<T, C>(
                 &dh_total,
                 saved,
-                h,
-                h_prev,
-                c_prev,
+                [h, h_prev, c_prev],
                 &mut dc[i * cell..(i + 1) * cell],
                 &mut d_in[i * gates..(i + 1) * gates],
-                if C::SPLIT_GRADIENT {
+                if C::MODE.split_gradient() {
                     &mut d_rec[i * gates..(i + 1) * gates]
                 } else {
                     &mut []
@@ -377,12 +372,16 @@ fn backward_rows_portable<T: RnnScalar, C: Cell<T>>(
                 &mut dh_next[i * hidden..(i + 1) * hidden],
             );
             row_of(buffers.d_in(d), b, t, gates).copy_from_slice(&d_in[i * gates..][..gates]);
-            if C::SPLIT_GRADIENT {
+            if C::MODE.split_gradient() {
                 row_of(buffers.d_rec(d), b, t, gates).copy_from_slice(&d_rec[i * gates..][..gates]);
             }
             row_of(buffers.h_prev(d), b, t, hidden).copy_from_slice(h_prev);
         }
-        let rec = if C::SPLIT_GRADIENT { &d_rec } else { &d_in };
+        let rec = if C::MODE.split_gradient() {
+            &d_rec
+        } else {
+            &d_in
+        };
         // SAFETY: `dh_next` is `nb × hidden`; the views lie in their buffers.
         unsafe {
             matmul(
@@ -402,7 +401,7 @@ fn backward_rows_portable<T: RnnScalar, C: Cell<T>>(
         let len = lengths[b] as usize;
         for t in len..steps {
             row_of(buffers.d_in(d), b, t, gates).fill(T::ZERO);
-            if C::SPLIT_GRADIENT {
+            if C::MODE.split_gradient() {
                 row_of(buffers.d_rec(d), b, t, gates).fill(T::ZERO);
             }
             row_of(buffers.h_prev(d), b, t, hidden).fill(T::ZERO);

@@ -1,13 +1,14 @@
 //! The forward pass, layer by layer; in each layer, tasks of (direction, batch chunk).
 
-use super::cell::{Cell, Gru, Lstm, Plain};
+use super::cell::forward_row;
 use super::{
-    batch_chunks, matmul, part, run_tasks, simd_dispatch, Dims, Inputs, Mode, Reserve, RnnScalar,
-    View, WeightLayout,
+    batch_chunks, matmul, part, run_tasks, Dims, Inputs, Mode, Reserve, RnnScalar, View,
+    WeightLayout,
 };
 use crate::error::{Error, Result};
 use crate::linalg::parallel::{Pool, SharedMut};
 use crate::memory;
+use ferrax_kernels::rnn::{Cell, Gru, Lstm, Relu, Tanh};
 use std::sync::Mutex;
 
 /// The forward pass's results: `y` `B × T × directions·hidden`, `h_n` (and `c_n`, LSTM)
@@ -58,8 +59,8 @@ pub fn forward<T: RnnScalar>(
         inner,
     };
     let run = match dims.config.mode {
-        Mode::Relu => run::<T, Plain<true>>,
-        Mode::Tanh => run::<T, Plain<false>>,
+        Mode::Relu => run::<T, Relu>,
+        Mode::Tanh => run::<T, Tanh>,
         Mode::Lstm => run::<T, Lstm>,
         Mode::Gru => run::<T, Gru>,
     };
@@ -182,7 +183,7 @@ pub(super) fn layer_sequences<T: RnnScalar>(
     (input, output)
 }
 
-fn run<T: RnnScalar, C: Cell<T>>(
+fn run<T: RnnScalar, C: Cell>(
     pool: &dyn Pool,
     dims: Dims,
     weights: &WeightLayout,
@@ -214,15 +215,6 @@ fn run<T: RnnScalar, C: Cell<T>>(
     Ok(())
 }
 
-simd_dispatch!(
-    fn forward_rows<T: RnnScalar, C: Cell<T>>(
-        ctx: &Layer<'_, T>,
-        workspace: &Mutex<Workspace<T>>,
-        d: usize,
-        rows: std::ops::Range<usize>,
-    ) -> Result<()> = forward_rows_portable
-);
-
 /// One task's memory, kept across the layers of a call.
 #[derive(Default)]
 pub(super) struct Workspace<T> {
@@ -234,7 +226,6 @@ pub(super) struct Workspace<T> {
     c: Vec<T>,
     /// The saved values of a step, where the reserve does not keep them.
     discarded: Vec<T>,
-    bias: Vec<T>,
 }
 
 /// `vec` as `len` elements (contents unspecified: the caller writes them before reading).
@@ -244,8 +235,7 @@ fn sized<T: RnnScalar>(vec: &mut Vec<T>, len: usize) -> Result<&mut [T]> {
 }
 
 /// Direction `d` of the layer over the batch rows `rows`.
-#[inline(always)]
-fn forward_rows_portable<T: RnnScalar, C: Cell<T>>(
+fn forward_rows<T: RnnScalar, C: Cell>(
     ctx: &Layer<'_, T>,
     workspace: &Mutex<Workspace<T>>,
     d: usize,
@@ -264,7 +254,6 @@ fn forward_rows_portable<T: RnnScalar, C: Cell<T>>(
         h,
         c: cs,
         discarded,
-        bias,
     } = &mut *workspace;
     let w = ctx.inputs.w;
     let (w_ih, w_hh) = ctx.weights.matrices[p];
@@ -272,9 +261,7 @@ fn forward_rows_portable<T: RnnScalar, C: Cell<T>>(
     let input_size = ctx.input.cols;
     let w_ih = View::of(&w[w_ih..], gates, input_size);
     let w_hh = View::of(&w[w_hh..], gates, hidden);
-    let b_hh = &w[b_hh..b_hh + gates];
-    let bias = sized(bias, gates)?;
-    C::fold_bias(&w[b_ih..b_ih + gates], b_hh, bias);
+    let (b_ih, b_hh) = (&w[b_ih..b_ih + gates], &w[b_hh..b_hh + gates]);
 
     // Every step's input projection: one GEMM.
     let pre = sized(pre, nb * steps * gates)?;
@@ -334,11 +321,12 @@ fn forward_rows_portable<T: RnnScalar, C: Cell<T>>(
                 None => &mut discarded[..],
             };
             let h_row = &mut h[i * hidden..(i + 1) * hidden];
-            C::forward(
+            let products = [
                 &pre[(i * steps + t) * gates..][..gates],
                 &hw[i * gates..][..gates],
-                bias,
-                b_hh,
+            ];
+            forward_row::<T, C>(
+                [products[0], products[1], b_ih, b_hh],
                 h_row,
                 &mut cs[i * cell..(i + 1) * cell],
                 saved,
