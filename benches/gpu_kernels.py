@@ -183,6 +183,28 @@ def main():
         moved = (2 if name != "qr" else 3) * size * batch * n * n  # read A; write factor(s)
         row(f"{name} {np.dtype(dtype).name}", f"{batch}x{n}x{n}", moved, stock, ours, goal)
 
+    # The RNN (issue #22): jax.experimental.rnn.lstm and its gradient, jaxlib's cuDNN target
+    # (which copies the lengths to the host and synchronizes every call) against ferrax's;
+    # the bytes are the inputs and outputs (the recurrence is bound by its steps).
+    from jax.experimental import rnn as jax_rnn
+    for batch, steps, size, layers, bidirectional in [(32, 100, 128, 2, True), (64, 256, 512, 1, False),
+                                                    (256, 50, 256, 2, True)]:
+        batch = max(1, batch // scale)
+        directions = 2 if bidirectional else 1
+        w = jax_rnn.init_lstm_weight(jax.random.key(0), size, size, layers, bidirectional)
+        normal = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)
+        sets = [(normal(batch, steps, size), normal(layers * directions, batch, size),
+                 normal(layers * directions, batch, size)) for _ in range(2)]
+        lengths = jnp.full((batch,), steps, jnp.int32)
+        lstm = lambda x, h0, c0: jax_rnn.lstm(x, h0, c0, w, lengths, size, size, layers, 0.0,
+                                              bidirectional)
+        grad = jax.grad(lambda x, h0, c0: sum(jnp.sum(o) for o in lstm(x, h0, c0)), (0, 1, 2))
+        label = f"{batch}x{steps}x{size}, L{layers}{'bi' if bidirectional else ''}"
+        moved = 4 * (2 * batch * steps * size * (1 + directions) + w.size)
+        for name, fn in (("lstm forward", lstm), ("lstm forward+backward", grad)):
+            stock, ours = stock_and_ferrax(fn, sets)
+            row(name, label, moved, stock, ours, "≥1x (no host sync)")
+
     print()
     print(f"GPU: {jax.devices()[0].device_kind}; jax {jax.__version__}; copy bandwidth "
           f"{copy_bw:.0f} GB/s (read + write)")

@@ -76,6 +76,17 @@ fn cases() -> Vec<Case> {
         Box::new(pivots_to_permutation),
     ));
     cases.push(("threefry2x32".into(), Box::new(threefry2x32)));
+    for mode in ferrax::linalg::rnn::Mode::ALL {
+        let name = format!("rnn {mode:?}").to_lowercase();
+        cases.push((
+            format!("{name}/f32"),
+            Box::new(move |d| rnn::<f32>(d, mode)),
+        ));
+        cases.push((
+            format!("{name}/f64"),
+            Box::new(move |d| rnn::<f64>(d, mode)),
+        ));
+    }
     cases.push(("threefry2x32_bits".into(), Box::new(threefry2x32_bits)));
     cases
 }
@@ -603,6 +614,248 @@ fn threefry2x32_bits(device: &Device) -> Result<(), String> {
 /// `n` and size `scale`.
 fn tolerance<T: TestScalar>(n: usize, scale: f64) -> f64 {
     64.0 * n.max(1) as f64 * T::EPS * scale.max(1.0)
+}
+
+// ---- RNN -------------------------------------------------------------------------------------
+
+/// `ferrax_rnn` and `ferrax_rnn_bwd` (cuBLAS products and the step kernels) against the CPU
+/// core: one and two directions, one and three layers, ragged lengths with 0 and T, the
+/// backward pass from the device's reserve and from none (it runs the forward pass again),
+/// weight gradients per group, and a row of invalid length (NaN results, the others intact).
+fn rnn<T: TestScalar + ferrax::linalg::rnn::RnnScalar>(
+    device: &Device,
+    mode: ferrax::linalg::rnn::Mode,
+) -> Result<(), String> {
+    use ferrax::linalg::rnn::{
+        self as core, Config, Dims, Gradients, InputGradients, Inputs, Outputs,
+    };
+    let mut rng = Rng(23 + mode as u64);
+    let kernel = format!(
+        "ferrax_rnn_forward_step_{mode:?}_{}",
+        if T::EPS > 1e-10 { "f32" } else { "f64" }
+    )
+    .to_lowercase();
+    let tol = if T::EPS > 1e-10 { 5e-5 } else { 1e-12 };
+    for (batch, steps, input_size, hidden, layers, bidirectional, groups, invalid) in [
+        (4, 5, 3, 4, 1, false, 1, false),
+        (6, 4, 2, 5, 3, true, 2, false),
+        (3, 3, 2, 3, 2, true, 3, true),
+    ] {
+        let config = Config {
+            mode,
+            input_size,
+            hidden_size: hidden,
+            layers,
+            bidirectional,
+        };
+        let dims = Dims {
+            config,
+            batch,
+            steps,
+        };
+        let what = format!(
+            "{mode:?} B{batch} T{steps} I{input_size} H{hidden} L{layers} D{}",
+            config.directions()
+        );
+        let states = config.pseudo_layers() * batch;
+        let (cell, width) = (config.cell_size(), config.directions() * hidden);
+        let weights = config.weights().map_err(|e| e.message)?.len;
+        let x: Vec<T> = rng.matrix(batch * steps * input_size);
+        let (h0, c0): (Vec<T>, Vec<T>) = (rng.matrix(states * hidden), rng.matrix(states * cell));
+        let w: Vec<T> = rng
+            .matrix(weights)
+            .into_iter()
+            .map(|v: T| v * T::from_parts(0.5, 0.0))
+            .collect();
+        let mut lengths: Vec<i32> = (0..batch).map(|b| (b * 7 % (steps + 1)) as i32).collect();
+        lengths[batch - 1] = steps as i32;
+        if invalid {
+            lengths[1] = steps as i32 + 3;
+        }
+        let valid: Vec<i32> = lengths
+            .iter()
+            .map(|&l| if l as usize > steps { 0 } else { l })
+            .collect();
+        let shape = |dims: &[usize]| dims.iter().map(|&d| d as i64).collect::<Vec<_>>();
+        let state_dims = shape(&[config.pseudo_layers(), batch, hidden]);
+        let cell_dims = shape(&[config.pseudo_layers(), batch, cell]);
+        let y_dims = shape(&[batch, steps, width]);
+        let reserve_len = dims.reserve_len().map_err(|e| e.message)? * std::mem::size_of::<T>() / 4;
+        let attrs = [
+            ("mode", Attr::I32(mode as i32)),
+            ("input_size", Attr::I64(input_size as i64)),
+            ("hidden_size", Attr::I64(hidden as i64)),
+            ("num_layers", Attr::I64(layers as i64)),
+            ("bidirectional", Attr::Bool(bidirectional)),
+            ("dropout", Attr::F32(0.0)),
+            ("allow_tf32", Attr::Bool(false)),
+        ];
+        let x_dev = device.upload(&x, shape(&[batch, steps, input_size]));
+        let (h0_dev, c0_dev) = (
+            device.upload(&h0, state_dims.clone()),
+            device.upload(&c0, cell_dims.clone()),
+        );
+        let (w_dev, lengths_dev) = (
+            device.upload(&w, vec![weights as i64]),
+            device.upload(&lengths, vec![batch as i64]),
+        );
+        let (y, h_n, c_n) = (
+            device.zeros::<T>(y_dims.clone()),
+            device.zeros::<T>(state_dims.clone()),
+            device.zeros::<T>(cell_dims.clone()),
+        );
+        let reserve = device.zeros::<f32>(vec![reserve_len as i64]);
+        let calls = device.call(
+            ops::rnn::cuda::ferrax_cuda_rnn,
+            &[&x_dev, &h0_dev, &c0_dev, &w_dev, &lengths_dev],
+            &[&y, &h_n, &c_n, &reserve],
+            &attrs,
+        )?;
+        expect_path(&what, &calls, &kernel)?;
+        expect_path(&what, &calls, "gemmStridedBatched")?;
+        // The CPU core on the valid rows' lengths; the invalid row is NaN on the device.
+        let inputs = Inputs {
+            x: &x,
+            h0: &h0,
+            c0: &c0,
+            w: &w,
+            lengths: &valid,
+        };
+        let (mut y_cpu, mut h_cpu, mut c_cpu) = (
+            vec![T::zero(); y.dims.iter().product::<i64>() as usize],
+            vec![T::zero(); h0.len()],
+            vec![T::zero(); c0.len()],
+        );
+        let outputs = Outputs {
+            y: &mut y_cpu,
+            h_n: &mut h_cpu,
+            c_n: &mut c_cpu,
+            reserve: None,
+        };
+        core::forward(&Serial, dims, inputs, outputs).map_err(|e| e.message)?;
+        let poison = |values: &mut [T], row_of: &dyn Fn(usize) -> usize| {
+            if invalid {
+                for (i, v) in values.iter_mut().enumerate() {
+                    if row_of(i) == 1 {
+                        *v = T::nan();
+                    }
+                }
+            }
+        };
+        let row_major = |i: usize| i / (steps * width);
+        let state_row = |i: usize| i / hidden % batch;
+        poison(&mut y_cpu, &row_major);
+        poison(&mut h_cpu, &state_row);
+        expect_close(&format!("{what}: y"), &y.download::<T>(), &y_cpu, tol)?;
+        expect_close(&format!("{what}: h_n"), &h_n.download::<T>(), &h_cpu, tol)?;
+        if cell > 0 {
+            poison(&mut c_cpu, &state_row);
+            expect_close(&format!("{what}: c_n"), &c_n.download::<T>(), &c_cpu, tol)?;
+        }
+
+        let dy: Vec<T> = rng.matrix(y_cpu.len());
+        let (dh_n, dc_n): (Vec<T>, Vec<T>) = (rng.matrix(h0.len()), rng.matrix(c0.len()));
+        let gradients = Gradients {
+            dy: &dy,
+            dh_n: &dh_n,
+            dc_n: &dc_n,
+        };
+        let (mut dx, mut dh0, mut dc0) = (
+            vec![T::zero(); x.len()],
+            vec![T::zero(); h0.len()],
+            vec![T::zero(); c0.len()],
+        );
+        let mut dw = vec![T::zero(); weights * groups];
+        let out = InputGradients {
+            dx: &mut dx,
+            dh0: &mut dh0,
+            dc0: &mut dc0,
+            dw: &mut dw,
+            groups,
+        };
+        core::backward(
+            &Serial,
+            dims,
+            inputs,
+            &y_cpu
+                .iter()
+                .map(|&v| if v.is_nan_value() { T::zero() } else { v })
+                .collect::<Vec<_>>(),
+            None,
+            gradients,
+            out,
+        )
+        .map_err(|e| e.message)?;
+        poison(&mut dh0, &state_row);
+        poison(&mut dx, &|i| i / (steps * input_size));
+        let (dy_dev, dh_dev, dc_dev) = (
+            device.upload(&dy, y_dims.clone()),
+            device.upload(&dh_n, state_dims.clone()),
+            device.upload(&dc_n, cell_dims.clone()),
+        );
+        let mut bwd_attrs = attrs.to_vec();
+        bwd_attrs.push(("groups", Attr::I64(groups as i64)));
+        let no_reserve = device.zeros::<f32>(vec![0]);
+        for (source, reserve) in [
+            ("the device's reserve", &reserve),
+            ("no reserve", &no_reserve),
+        ] {
+            let (dx_dev, dh0_dev, dc0_dev) = (
+                device.zeros::<T>(x_dev.dims.clone()),
+                device.zeros::<T>(state_dims.clone()),
+                device.zeros::<T>(cell_dims.clone()),
+            );
+            let dw_dev = device.zeros::<T>(vec![groups as i64, weights as i64]);
+            device.call(
+                ops::rnn::cuda::ferrax_cuda_rnn_bwd,
+                &[
+                    &dy_dev,
+                    &dh_dev,
+                    &dc_dev,
+                    &x_dev,
+                    &h0_dev,
+                    &c0_dev,
+                    &w_dev,
+                    &y,
+                    reserve,
+                    &lengths_dev,
+                ],
+                &[&dx_dev, &dh0_dev, &dc0_dev, &dw_dev],
+                &bwd_attrs,
+            )?;
+            let what = format!("{what}, backward from {source}");
+            expect_close(&format!("{what}: dx"), &dx_dev.download::<T>(), &dx, tol)?;
+            expect_close(&format!("{what}: dh0"), &dh0_dev.download::<T>(), &dh0, tol)?;
+            if cell > 0 {
+                poison(&mut dc0, &state_row);
+                expect_close(&format!("{what}: dc0"), &dc0_dev.download::<T>(), &dc0, tol)?;
+            }
+            let dw_got = dw_dev.download::<T>();
+            if invalid {
+                // The invalid row's NaN reaches its group's weight gradient, and only it.
+                let group = 1 / (batch / groups);
+                if !dw_got[group * weights..(group + 1) * weights]
+                    .iter()
+                    .any(|v| v.is_nan_value())
+                {
+                    return Err(format!(
+                        "{what}: no NaN in the invalid row's weight gradient"
+                    ));
+                }
+                for g in (0..groups).filter(|&g| g != group) {
+                    expect_close(
+                        &format!("{what}: dw group {g}"),
+                        &dw_got[g * weights..(g + 1) * weights],
+                        &dw[g * weights..(g + 1) * weights],
+                        tol,
+                    )?;
+                }
+            } else {
+                expect_close(&format!("{what}: dw"), &dw_got, &dw, tol)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn expect_close<T: TestScalar>(what: &str, got: &[T], want: &[T], tol: f64) -> Result<(), String> {

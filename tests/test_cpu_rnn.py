@@ -6,6 +6,7 @@ differentiation for the gradients, and the computation in f32 for half-precision
 """
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -389,6 +390,34 @@ def test_ferrax_export_round_trip(rng):
     restored = jax.export.deserialize(exported.serialize())
     for a, b in zip(restored.call(x, h0, w), f(x, h0, w)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
+def test_lowering_for_cuda_needs_no_gpu(dtype, rng):
+    """The CUDA targets are sized and lowered without asking a GPU (jaxlib's need cuDNN at
+    trace time): an export for CUDA from this machine calls ferrax's targets and nothing
+    else, half precision converted to f32 around them."""
+    x, h0, c0, w, lengths = (jnp.asarray(a, dtype) if a.dtype != np.int32 else a
+                             for a in problem(rng, "gru", 3, 4, 2, 5, 2, True, np.float32))
+
+    def loss(x, w):
+        y, h_n = rnn.gru(x, h0, w, lengths, 2, 5, 2, 0.0, True)
+        return jnp.sum(y.astype(jnp.float32) ** 2) + jnp.sum(h_n.astype(jnp.float32))
+
+    exported = ferrax.export(jax.jit(jax.grad(loss, (0, 1))), platforms=["cuda"])(x, w)
+    text = exported.mlir_module()
+    calls = set(re.findall(r"custom_call @(\w+)", text))
+    assert calls == {"ferrax_rnn", "ferrax_rnn_bwd"}, calls
+    assert ("stablehlo.convert" in text) == (dtype != jnp.float32)
+    x, h0, c0, w, lengths = problem(rng, "lstm", 3, 4, 2, 5, 2, True, np.float32)
+    ferrax.install()
+    try:
+        # jax's own lstm binds jax's primitives, which install() routes.
+        f = jax.jit(lambda x: JAX_LSTM(x, h0, c0, w, lengths, 2, 5, 2, 0.0, True)[0])
+        text = ferrax.export(f, platforms=["cuda"])(x).mlir_module()
+        assert set(re.findall(r"custom_call @(\w+)", text)) == {"ferrax_rnn"}
+    finally:
+        ferrax.uninstall()
 
 
 def test_bad_inputs_are_clear_errors(rng):

@@ -116,6 +116,11 @@ def _perturb_singular(ctx, *, perturb_singular):
     return perturb_singular
 
 
+def _without_dropout(ctx, *, dropout, **_):
+    # Dropout needs cuDNN's masks: jaxlib's target on GPUs (and an error on the CPU).
+    return float(dropout) == 0.0
+
+
 def _threefry_kernel_asked(ctx):
     # As jax's GPU rule: a kernel only when asked for, else XLA's fused arithmetic, which is
     # faster than any kernel reading materialized counters. (jax.random.bits also stays fused:
@@ -185,6 +190,12 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cuda", L.lu_pivots_to_permutation_p, ALWAYS, R.lu_pivots_to_permutation),
     Route("cuda", jax_threefry.threefry2x32_p, _threefry_kernel_asked, R.threefry2x32),
     Route("cuda", L.cholesky_update_p, ALWAYS, R.cholesky_update),
+    # ferrax's RNN takes every shape; the lengths stay on the device (jaxlib's cuDNN target
+    # copies them to the host and waits for it).
+    Route("cuda", jax_rnn.rnn_fwd_p, _without_dropout, R.rnn_fwd_cuda),
+    Route("cuda", jax_rnn.rnn_bwd_p, _without_dropout, R.rnn_bwd_cuda),
+    Route("cuda", rnn.rnn_fwd_p, _without_dropout, rnn.cuda_fwd_lowering, on_import=True),
+    Route("cuda", rnn.rnn_bwd_p, _without_dropout, rnn.cuda_bwd_lowering, on_import=True),
 ]
 del L, P, R, S
 

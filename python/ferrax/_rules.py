@@ -158,15 +158,27 @@ def rnn_fwd(ctx, *args, cudnn_allow_tf32, **params):
                             **params)
 
 
-def rnn_bwd(ctx, *args, cudnn_allow_tf32, **params):
-    """jax's backward primitive (one weight gradient, shaped as the weights) as one
-    ``ferrax_rnn_bwd`` call with one weight group."""
-    dw_aval = ctx.avals_out[3]
-    grouped = core.ShapedArray((1, *dw_aval.shape), dw_aval.dtype)
-    *grads, dw = rnn.bwd_lowering(ctx.replace(avals_out=[*ctx.avals_out[:3], grouped]), *args,
-                                  groups=1, mode=rnn.MODES["lstm"],
-                                  allow_tf32=cudnn_allow_tf32, **params)
-    return [*grads, mlir.reshape(ctx, dw, dw_aval)]
+def rnn_fwd_cuda(ctx, *args, cudnn_allow_tf32, **params):
+    return rnn.cuda_fwd_lowering(ctx, *args, mode=rnn.MODES["lstm"],
+                                 allow_tf32=cudnn_allow_tf32, training=True, **params)
+
+
+def _rnn_bwd_by(lowering):
+    def rule(ctx, *args, cudnn_allow_tf32, **params):
+        """jax's backward primitive (one weight gradient, shaped as the weights) as one
+        ``ferrax_rnn_bwd`` call with one weight group."""
+        dw_aval = ctx.avals_out[3]
+        grouped = core.ShapedArray((1, *dw_aval.shape), dw_aval.dtype)
+        *grads, dw = lowering(ctx.replace(avals_out=[*ctx.avals_out[:3], grouped]), *args,
+                              groups=1, mode=rnn.MODES["lstm"], allow_tf32=cudnn_allow_tf32,
+                              **params)
+        return [*grads, mlir.reshape(ctx, dw, dw_aval)]
+
+    return rule
+
+
+rnn_bwd = _rnn_bwd_by(rnn.bwd_lowering)
+rnn_bwd_cuda = _rnn_bwd_by(rnn.cuda_bwd_lowering)
 
 
 def rnn_fwd_abstract_eval(x, h_0, c_0, w, seq_lengths, *, cudnn_allow_tf32, **params):

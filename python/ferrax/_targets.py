@@ -42,7 +42,7 @@ CHOLESKY_UPDATE = _target("ferrax_cholesky_update", "cuda")
 CHOLESKY = _target("ferrax_cholesky", "cpu", "cuda")
 QR = _target("ferrax_qr", "cpu", "cuda")
 #: The platforms the RNN targets have handlers on.
-RNN_PLATFORMS = ("cpu",)
+RNN_PLATFORMS = ("cpu", "cuda")
 RNN = _target("ferrax_rnn", *RNN_PLATFORMS)
 RNN_BWD = _target("ferrax_rnn_bwd", *RNN_PLATFORMS)
 

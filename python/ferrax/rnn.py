@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import core, dispatch, dtypes
 from jax._src.interpreters import batching, mlir
+from jax._src.lax import lax
 from jax.experimental import rnn as jax_rnn
 
 from ferrax import _library, _targets
@@ -210,6 +211,33 @@ def bwd_lowering(ctx, *args, groups, **params):
                                                    **_attributes(**params))
 
 
+def _compute_dtype(avals):
+    """What the GPU computes in: f64 if the floating operands are, else f32."""
+    return np.dtype(np.float64 if dtypes.dtype(avals[0].dtype) == np.float64 else np.float32)
+
+
+def _in_compute_dtype(primitive, rule, floats, results_like):
+    """``rule`` for the GPU, whose targets take one dtype for every floating operand, f32 or
+    f64: half-precision operands (``floats``: their positions) are converted to f32 around
+    the call, and each result (``results_like``: result -> operand position, or None) back to
+    its operand's dtype."""
+
+    def lowering(ctx, *args, **params):
+        compute = _compute_dtype([ctx.avals_in[i] for i in floats])
+        if all(dtypes.dtype(ctx.avals_in[i].dtype) == compute for i in floats):
+            return rule(ctx, *args, **params)
+
+        def converted(*args):
+            args = [a.astype(compute) if i in floats else a for i, a in enumerate(args)]
+            outs = primitive.bind(*args, **params)
+            return [o if like is None else o.astype(ctx.avals_in[like].dtype)
+                    for o, like in zip(outs, results_like)]
+
+        return mlir.lower_fun(converted, multiple_results=True)(ctx, *args)
+
+    return lowering
+
+
 def stock_fwd_lowering(ctx, *args, mode, training, allow_tf32, **params):
     """The forward primitive as stock jax lowers what ``install()`` puts this module's
     ``lstm`` in place of (a plain ``jax.export``): the LSTM by jax's own primitive (jaxlib's
@@ -352,6 +380,12 @@ rnn_bwd_p = _primitive("ferrax_rnn_bwd", _bwd_abstract_eval, stock_bwd_lowering)
 batching.fancy_primitive_batchers[rnn_fwd_p] = partial(fwd_batcher, rnn_fwd_p)
 batching.fancy_primitive_batchers[rnn_bwd_p] = partial(bwd_batcher, rnn_bwd_p)
 
+#: The GPU's rules: one dtype for the floating operands (x, h_0, c_0, weights; for the backward
+#: pass also dy, dh_n, dc_n and y).
+cuda_fwd_lowering = _in_compute_dtype(rnn_fwd_p, fwd_lowering, (0, 1, 2, 3), (0, 1, 2, None))
+cuda_bwd_lowering = _in_compute_dtype(rnn_bwd_p, bwd_lowering, (0, 1, 2, 3, 4, 5, 6, 7),
+                                      (3, 4, 5, 6))
+
 
 def _bind_fwd(x, h_0, c_0, w, seq_lengths, mode, input_size, hidden_size, num_layers, dropout,
               bidirectional, allow_tf32, training):
@@ -387,8 +421,9 @@ _rnn.defvjp(_rnn_fwd, _rnn_bwd)
 
 
 def _allow_tf32(precision) -> bool:
-    """As ``jax.experimental.rnn``: TF32 on cuDNN unless HIGHEST precision is asked for."""
-    precision = jax.lax.Precision(precision) if isinstance(precision, str) else precision
+    """As ``jax.experimental.rnn``: the GPU's products may use TF32 unless HIGHEST precision is
+    asked for, here or by ``jax.default_matmul_precision``."""
+    precision = lax.canonicalize_precision(precision)
     if isinstance(precision, tuple):
         precision = precision[0]
     return precision != jax.lax.Precision.HIGHEST

@@ -118,3 +118,77 @@ batched!(
     cublasZgetrfBatched,
     cublasZgeqrfBatched
 );
+
+/// cuBLAS's matrix products of one real element type (the RNN's GEMMs).
+#[allow(clippy::too_many_arguments, clippy::missing_safety_doc)] // cuBLAS's signature
+pub trait Gemm: Copy + 'static {
+    /// `C_i = alpha·op(A_i)·op(B_i) + beta·C_i`, column-major, `X_i = X + i·stride_x`, for
+    /// `i < batch`; `alpha` and `beta` are host values.
+    unsafe fn gemm_strided_batched(
+        h: Handle,
+        transa: sys::cublasOperation_t,
+        transb: sys::cublasOperation_t,
+        mnk: [c_int; 3],
+        alpha: *const Self,
+        a: *const Self,
+        lda: c_int,
+        stride_a: i64,
+        b: *const Self,
+        ldb: c_int,
+        stride_b: i64,
+        beta: *const Self,
+        c: *mut Self,
+        ldc: c_int,
+        stride_c: i64,
+        batch: c_int,
+    ) -> Status;
+}
+
+macro_rules! gemm {
+    ($t:ty, $gemm:ident) => {
+        impl Gemm for $t {
+            unsafe fn gemm_strided_batched(
+                h: Handle,
+                transa: sys::cublasOperation_t,
+                transb: sys::cublasOperation_t,
+                [m, n, k]: [c_int; 3],
+                alpha: *const Self,
+                a: *const Self,
+                lda: c_int,
+                stride_a: i64,
+                b: *const Self,
+                ldb: c_int,
+                stride_b: i64,
+                beta: *const Self,
+                c: *mut Self,
+                ldc: c_int,
+                stride_c: i64,
+                batch: c_int,
+            ) -> Status {
+                sys::$gemm(
+                    h, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                    ldc, stride_c, batch,
+                )
+            }
+        }
+    };
+}
+
+gemm!(f32, cublasSgemmStridedBatched);
+gemm!(f64, cublasDgemmStridedBatched);
+
+impl Blas<'_> {
+    /// Lets cuBLAS use TF32 tensor cores for f32 products (`allowed`), or not. A pooled handle
+    /// keeps its mode: every call sets it.
+    pub fn tf32(&self, allowed: bool) -> crate::ffi::Result<()> {
+        let mode = if allowed {
+            sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        } else {
+            sys::cublasMath_t::CUBLAS_DEFAULT_MATH
+        };
+        // SAFETY: a live handle.
+        self.run("cublasSetMathMode", |h| unsafe {
+            sys::cublasSetMathMode(h, mode)
+        })
+    }
+}

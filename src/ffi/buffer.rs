@@ -172,7 +172,8 @@ impl<'a> Buffer<'a> {
         Ok(())
     }
 
-    fn dtype_size(&self) -> Result<usize> {
+    /// The size of one element in bytes (an error for dtypes ferrax does not take).
+    pub fn dtype_size(&self) -> Result<usize> {
         Ok(match self.dtype {
             DataType::Pred | DataType::S8 | DataType::U8 => 1,
             DataType::S16 | DataType::U16 | DataType::F16 | DataType::BF16 => 2,

@@ -169,17 +169,30 @@ impl Drop for Operand<'_> {
     }
 }
 
-/// An attribute value, as jaxlib's lowerings pass them.
+/// An attribute value, as the lowerings pass them.
 #[derive(Clone, Copy)]
 pub enum Attr {
     U8(u8),
     Bool(bool),
+    I32(i32),
+    I64(i64),
+    F32(f32),
 }
 
-fn attr_bytes(value: Attr) -> (i32, [u8; 4]) {
+/// The attribute's dtype and bytes (an 8-byte buffer, the value at its start).
+fn attr_bytes(value: Attr) -> (i32, [u8; 8]) {
+    use ferrax::ffi::DataType;
+    let widen = |bytes: &[u8]| {
+        let mut out = [0; 8];
+        out[..bytes.len()].copy_from_slice(bytes);
+        out
+    };
     match value {
-        Attr::U8(v) => (ferrax::ffi::DataType::U8.to_raw(), [v, 0, 0, 0]),
-        Attr::Bool(v) => (ferrax::ffi::DataType::Pred.to_raw(), [v as u8, 0, 0, 0]),
+        Attr::U8(v) => (DataType::U8.to_raw(), widen(&[v])),
+        Attr::Bool(v) => (DataType::Pred.to_raw(), widen(&[v as u8])),
+        Attr::I32(v) => (DataType::S32.to_raw(), widen(&v.to_ne_bytes())),
+        Attr::I64(v) => (DataType::S64.to_raw(), widen(&v.to_ne_bytes())),
+        Attr::F32(v) => (DataType::F32.to_raw(), widen(&v.to_ne_bytes())),
     }
 }
 
@@ -225,7 +238,7 @@ fn call_frame(
             len: name.len(),
         })
         .collect();
-    let mut values: Vec<(i32, [u8; 4])> = attrs.iter().map(|(_, v)| attr_bytes(*v)).collect();
+    let mut values: Vec<(i32, [u8; 8])> = attrs.iter().map(|(_, v)| attr_bytes(*v)).collect();
     let mut scalars: Vec<XLA_FFI_Scalar> = values
         .iter_mut()
         .map(|(dtype, bytes)| XLA_FFI_Scalar {

@@ -265,31 +265,71 @@ impl<T> View<T> {
     }
 }
 
-/// `c = op(a)·op(b) + beta·c` for row-major views (`op` transposes where asked): BLAS's
-/// column-major `gemm` on the transposed problem, `cᵀ = op(b)ᵀ·op(a)ᵀ`. Empty products are
-/// handled here (BLAS rejects leading dimensions of 0).
+/// A row-major product `c = op(a)·op(b) + beta·c` (`c` is `rows × cols` with row stride
+/// `ld`) as BLAS's column-major call on the transposed problem, `cᵀ = op(b)ᵀ·op(a)ᵀ`: `b` is
+/// BLAS's first operand. The CPU's [`matmul`] and the GPU's cuBLAS calls both pass it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ColumnMajor<T> {
+    pub transa: bool,
+    pub transb: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: *const T,
+    pub lda: usize,
+    pub b: *const T,
+    pub ldb: usize,
+    pub ldc: usize,
+}
+
+impl<T> ColumnMajor<T> {
+    pub fn of(
+        [rows, cols, ld]: [usize; 3],
+        a: View<T>,
+        a_transposed: bool,
+        b: View<T>,
+        b_transposed: bool,
+    ) -> Self {
+        let inner = if a_transposed { a.rows } else { a.cols };
+        debug_assert_eq!(if a_transposed { a.cols } else { a.rows }, rows);
+        debug_assert_eq!(if b_transposed { b.cols } else { b.rows }, inner);
+        debug_assert_eq!(if b_transposed { b.rows } else { b.cols }, cols);
+        ColumnMajor {
+            transa: b_transposed,
+            transb: a_transposed,
+            m: cols,
+            n: rows,
+            k: inner,
+            a: b.ptr,
+            lda: b.ld,
+            b: a.ptr,
+            ldb: a.ld,
+            ldc: ld,
+        }
+    }
+}
+
+/// `c = op(a)·op(b) + beta·c` for row-major views (`op` transposes where asked), by BLAS.
+/// Empty products are handled here (BLAS rejects leading dimensions of 0).
 ///
 /// # Safety
 /// The views lie in live memory; `c` is `c_rows × c_cols` with row stride `ldc`, written by
 /// this call alone.
-#[allow(clippy::too_many_arguments)] // a gemm's arguments
 pub(crate) unsafe fn matmul<T: RnnScalar>(
     c: *mut T,
-    [c_rows, c_cols, ldc]: [usize; 3],
+    shape: [usize; 3],
     a: View<T>,
     a_transposed: bool,
     b: View<T>,
     b_transposed: bool,
     beta: T,
 ) -> Result<()> {
-    let inner = if a_transposed { a.rows } else { a.cols };
-    debug_assert_eq!(if a_transposed { a.cols } else { a.rows }, c_rows);
-    debug_assert_eq!(if b_transposed { b.cols } else { b.rows }, inner);
-    debug_assert_eq!(if b_transposed { b.rows } else { b.cols }, c_cols);
+    let plan = ColumnMajor::of(shape, a, a_transposed, b, b_transposed);
+    let [c_rows, c_cols, ldc] = shape;
     if c_rows == 0 || c_cols == 0 {
         return Ok(());
     }
-    if inner == 0 {
+    if plan.k == 0 {
         for r in 0..c_rows {
             for x in std::slice::from_raw_parts_mut(c.add(r * ldc), c_cols) {
                 *x = if beta == T::ZERO { T::ZERO } else { *x * beta };
@@ -301,25 +341,25 @@ pub(crate) unsafe fn matmul<T: RnnScalar>(
     let gemm = crate::linalg::routine(T::gemm())?;
     let flag = |transposed: bool| if transposed { b'T' as _ } else { b'N' as _ };
     let (m, n, k) = (
-        int("columns", c_cols)?,
-        int("rows", c_rows)?,
-        int("inner size", inner)?,
+        int("columns", plan.m)?,
+        int("rows", plan.n)?,
+        int("inner size", plan.k)?,
     );
     let (lda, ldb, ldc) = (
-        int("stride", b.ld)?,
-        int("stride", a.ld)?,
-        int("stride", ldc)?,
+        int("stride", plan.lda)?,
+        int("stride", plan.ldb)?,
+        int("stride", plan.ldc)?,
     );
     gemm(
-        &flag(b_transposed),
-        &flag(a_transposed),
+        &flag(plan.transa),
+        &flag(plan.transb),
         &m,
         &n,
         &k,
         &T::ONE,
-        b.ptr,
+        plan.a,
         &lda,
-        a.ptr,
+        plan.b,
         &ldb,
         &beta,
         c,

@@ -1,7 +1,7 @@
 //! The CPU handlers of the RNN family: [`crate::linalg::rnn`] on XLA's arrays and thread pool,
 //! half-precision operands converted to f32 at the boundary.
 
-use super::{check_lengths, Precision, Rnn, RnnBwd, RNN, RNN_BWD};
+use super::{check_dropout, check_lengths, Precision, Rnn, RnnBwd, RNN, RNN_BWD};
 use crate::error::{Error, Result};
 use crate::ffi::{Array, Buffer, DataType, ThreadPool};
 use crate::ffi_handlers;
@@ -43,16 +43,6 @@ fn rnn_bwd_cpu(pool: ThreadPool<'_>, ops: RnnBwd<'_>) -> Result<()> {
         Precision::F32 => backward::<f32>(&pool, dims, ops),
         Precision::F64 => backward::<f64>(&pool, dims, ops),
     }
-}
-
-fn check_dropout(dropout: f32) -> Result<()> {
-    if dropout == 0.0 {
-        return Ok(());
-    }
-    Err(Error::unimplemented(format!(
-        "attribute 'dropout': the CPU targets take 0 only (cuDNN's dropout masks cannot be \
-         reproduced), got {dropout}"
-    )))
 }
 
 fn forward<T: Compute>(pool: &ThreadPool<'_>, dims: Dims, ops: Rnn<'_>) -> Result<()> {

@@ -31,6 +31,7 @@
 //! f64.
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::error::{Error, Result};
 use crate::ffi::{Array, Buffer, DataType};
@@ -270,6 +271,17 @@ impl RnnBwd<'_> {
     }
 }
 
+/// Dropout needs cuDNN's masks, which neither platform reproduces: only 0.
+fn check_dropout(dropout: f32) -> Result<()> {
+    if dropout == 0.0 {
+        return Ok(());
+    }
+    Err(Error::unimplemented(format!(
+        "attribute 'dropout': ferrax's RNN targets take 0 only (cuDNN's dropout masks cannot be \
+         reproduced), got {dropout}"
+    )))
+}
+
 /// The first sequence length outside `0..=steps`, as the error naming the operand.
 fn check_lengths(seq_lengths: &Array<'_, i32>, lengths: &[i32], steps: usize) -> Result<()> {
     crate::linalg::rnn::check_lengths(lengths, steps).map_err(|(b, value)| {
@@ -280,4 +292,4 @@ fn check_lengths(seq_lengths: &Array<'_, i32>, lengths: &[i32], steps: usize) ->
     })
 }
 
-pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS];
+pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS, cuda::HANDLERS];

@@ -1,5 +1,6 @@
-//! The cuBLAS routines ferrax calls (`src/cuda/cublas.rs`): handles, streams, and the batched
-//! getrf and geqrf, on host memory with LAPACK underneath.
+//! The cuBLAS routines ferrax calls (`src/cuda/cublas.rs`): handles, streams, the math mode,
+//! the batched getrf and geqrf, and the strided-batched real GEMMs, on host memory with LAPACK
+//! and BLAS underneath.
 //!
 //! As in [`crate::solver`] (whose scalars, handles, operand checks and guard these share):
 //! arguments checked as cuBLAS checks them, every device operand (the pointer arrays, then each
@@ -151,6 +152,192 @@ unsafe fn geqrf_batched<T: Scalar>(
     }
     Ok(())
 }
+
+/// `cublasOperation_t`: `CUBLAS_OP_N` and `CUBLAS_OP_T` (ferrax passes no other).
+const OP_N: c_int = 0;
+const OP_T: c_int = 1;
+/// `cublasMath_t`: default, tensor-op, pedantic and TF32 tensor-op math.
+const MATH_MODES: std::ops::RangeInclusive<c_int> = 0..=3;
+
+/// Sets the handle's math mode (cuBLAS keeps it per handle; the emulation computes in full
+/// precision whatever it is).
+///
+/// # Safety
+/// As cuBLAS's.
+#[no_mangle]
+pub unsafe extern "C" fn cublasSetMathMode(h: Handle, mode: c_int) -> Status {
+    let r = "cublasSetMathMode";
+    run(r, || {
+        crate::record_call(r);
+        HANDLES.known(r, h)?;
+        require(MATH_MODES.contains(&mode), r, || {
+            format!("mode = {mode} is not a cublasMath_t")
+        })
+    })
+}
+
+/// `C_i = alpha·op(A_i)·op(B_i) + beta·C_i` for `i < batch`, `X_i = X + i·strideX`,
+/// column-major, as cuBLAS's `gemmStridedBatched` (host `alpha` and `beta`): every operand of
+/// every product checked over the elements it spans, no `C_i` overlapping another operand.
+///
+/// # Safety
+/// As cuBLAS's (the checks find what they can).
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_strided_batched<T: Scalar>(
+    routine: &str,
+    h: Handle,
+    [transa, transb]: [c_int; 2],
+    [m, n, k]: [c_int; 3],
+    alpha: *const T,
+    (a, lda, stride_a): (*const T, c_int, i64),
+    (b, ldb, stride_b): (*const T, c_int, i64),
+    beta: *const T,
+    (c, ldc, stride_c): (*mut T, c_int, i64),
+    batch: c_int,
+) -> Outcome {
+    crate::record_call(routine);
+    HANDLES.bound(routine, h)?;
+    for (name, op) in [("transa", transa), ("transb", transb)] {
+        require(op == OP_N || op == OP_T, routine, || {
+            format!("{name} = {op}: only CUBLAS_OP_N and CUBLAS_OP_T are emulated")
+        })?;
+    }
+    for (name, value) in [("m", m), ("n", n), ("k", k), ("batchCount", batch)] {
+        require(value >= 0, routine, || format!("{name} = {value} < 0"))?;
+    }
+    let (a_rows, a_cols) = if transa == OP_T { (k, m) } else { (m, k) };
+    let (b_rows, b_cols) = if transb == OP_T { (n, k) } else { (k, n) };
+    for (name, ld, rows) in [("lda", lda, a_rows), ("ldb", ldb, b_rows), ("ldc", ldc, m)] {
+        require(ld >= rows.max(1), routine, || {
+            format!("{name} = {ld} < max(1, {rows})")
+        })?;
+    }
+    for (name, stride) in [
+        ("strideA", stride_a),
+        ("strideB", stride_b),
+        ("strideC", stride_c),
+    ] {
+        require(stride >= 0, routine, || format!("{name} = {stride} < 0"))?;
+    }
+    host_pointer(routine, "alpha", alpha.cast_mut())?;
+    host_pointer(routine, "beta", beta.cast_mut())?;
+    if m == 0 || n == 0 || batch == 0 {
+        return Ok(());
+    }
+    let batch = batch as usize;
+    let at =
+        |base: usize, stride: i64, i: usize| base + i * stride as usize * std::mem::size_of::<T>();
+    let mut extents = Vec::new();
+    for i in 0..batch {
+        if k > 0 {
+            extents.push(Extent::new(
+                "A",
+                Some(i),
+                at(a as usize, stride_a, i) as *const T,
+                span(a_rows, a_cols, lda),
+                false,
+            ));
+            extents.push(Extent::new(
+                "B",
+                Some(i),
+                at(b as usize, stride_b, i) as *const T,
+                span(b_rows, b_cols, ldb),
+                false,
+            ));
+        }
+        extents.push(Extent::new(
+            "C",
+            Some(i),
+            at(c as usize, stride_c, i) as *const T,
+            span(m, n, ldc),
+            true,
+        ));
+    }
+    check_extents(routine, &extents)?;
+    let gemm = lapack(routine, T::gemm)?;
+    let flag = |op: c_int| {
+        if op == OP_T {
+            b'T' as std::ffi::c_char
+        } else {
+            b'N' as std::ffi::c_char
+        }
+    };
+    for i in 0..batch {
+        let (a_i, b_i) = (
+            at(a as usize, stride_a, i) as *const T,
+            at(b as usize, stride_b, i) as *const T,
+        );
+        let c_i = at(c as usize, stride_c, i) as *mut T;
+        // BLAS takes leading dimensions of at least 1 even where k is 0 (cuBLAS's check above).
+        single_threaded(|| {
+            gemm(
+                &flag(transa),
+                &flag(transb),
+                &m,
+                &n,
+                &k,
+                alpha,
+                a_i,
+                &lda,
+                b_i,
+                &ldb,
+                beta,
+                c_i,
+                &ldc,
+            )
+        });
+    }
+    Ok(())
+}
+
+/// The exported GEMM of one real scalar, by its cuBLAS name.
+macro_rules! gemm {
+    ($t:ty, $gemm:ident) => {
+        /// # Safety
+        /// As cuBLAS's.
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $gemm(
+            h: Handle,
+            transa: c_int,
+            transb: c_int,
+            m: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: *const $t,
+            a: *const $t,
+            lda: c_int,
+            stride_a: i64,
+            b: *const $t,
+            ldb: c_int,
+            stride_b: i64,
+            beta: *const $t,
+            c: *mut $t,
+            ldc: c_int,
+            stride_c: i64,
+            batch: c_int,
+        ) -> Status {
+            let r = stringify!($gemm);
+            run(r, || {
+                gemm_strided_batched::<$t>(
+                    r,
+                    h,
+                    [transa, transb],
+                    [m, n, k],
+                    alpha,
+                    (a, lda, stride_a),
+                    (b, ldb, stride_b),
+                    beta,
+                    (c, ldc, stride_c),
+                    batch,
+                )
+            })
+        }
+    };
+}
+
+gemm!(f32, cublasSgemmStridedBatched);
+gemm!(f64, cublasDgemmStridedBatched);
 
 /// The exported routines of one scalar, by their cuBLAS names.
 macro_rules! batched {
