@@ -1142,6 +1142,29 @@ def test_empty_calls_touch_nothing(capi):
         np.testing.assert_array_equal(buffer, sentinel(buffer.dtype))
 
 
+def test_empty_batches_of_huge_extents(capi):
+    """Extents whose product is past 64 bits, made empty by one zero extent, with null
+    pointers (a fuzz finding: ormqr with k = 0 multiplied batch x m unchecked): every call
+    returns, succeeding or failing with a message, and the process lives."""
+    huge = {"batch": 2**62, **{name: 2**31 - 1 for name in _SIZES if name != "batch"},
+            **{name: 2**31 - 1 for name in _LEADING}}
+    calls = []
+    for op, dtype in itertools.product(PROTOTYPES, _TYPE_LETTER):
+        sizes = [name for _, name in parameters(op) if name in _SIZES]
+        for zero in sizes:
+            args = {name: None if ctype.endswith("*") else huge.get(name)
+                    for ctype, name in parameters(op)}
+            args |= {name: value for name, value in generic_args(op, dtype, 1, 1).items()
+                     if not isinstance(value, np.ndarray) and name not in huge}
+            args[zero] = 0
+            calls.append(c_call(op, dtype, **args))
+    results = capi(calls)
+    assert len(results) == len(calls)
+    for call, (rc, error) in zip(calls, results):
+        assert rc == 0 or (rc == -1 and error and "internal error" not in error), \
+            (call[0], rc, error)
+
+
 def invalid_calls(op, dtype):
     """(call, what its message must say, its arguments) for each invalid argument of `op`,
     one at a time."""

@@ -106,7 +106,8 @@ impl<T: Copy + Default> Matrices<T> {
         // The memory the caller vouches for: `batch` matrices `ld` apart in each line.
         let lines = if row_major { rows } else { cols };
         elements::<T>(name, &[batch, ld, lines])?;
-        if batch * rows * cols > 0 && data.is_null() {
+        // An empty batch needs no pointer (its other extents may be anything: no product).
+        if data.is_null() && ![batch, rows, cols].contains(&0) {
             return Err(format!("{name} is null"));
         }
         Ok(Matrices {
