@@ -466,9 +466,8 @@ pub const HOST_ENTRIES: &[&[HostEntry]] = &[
     crate::relayout::COPY_MATRICES.host_entries(),
     crate::pointers::BATCH_POINTERS.host_entries(),
     crate::rnn::FORWARD_STEP.host_entries(),
-    crate::rnn::FORWARD_FINISH.host_entries(),
     crate::rnn::BACKWARD_STEP.host_entries(),
-    crate::rnn::BACKWARD_FINISH.host_entries(),
+    crate::rnn::FINISH.host_entries(),
     crate::rnn::COLUMN_SUMS.host_entries(),
 ];
 

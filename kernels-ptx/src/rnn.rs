@@ -422,21 +422,29 @@ kernel_args! {
 }
 
 kernel_args! {
-    /// The end of one layer, every direction: `ferrax_rnn_forward_finish_<dtype>`. The final
-    /// states of the layer's pseudo-layers `h_n`, `c_n` from the states `h`, `c` (zero for a
-    /// row of length 0; NaN, and its whole output, for a length outside `0..=T`).
-    pub struct ForwardFinishArgs<T> {
+    /// The end of one layer's pass, every direction: `ferrax_rnn_finish_<dtype>`. The states
+    /// `h`, `c` (or their gradients) become `h_out`, `c_out` at the layer's pseudo-layers: zero
+    /// for a row of length 0, NaN for a length outside `0..=T`, whose values in `poisoned` turn
+    /// NaN too: for each step `t` and `k < poison_count`, the unit's element at
+    /// `d·poison_direction + b·poison_row + t·poison_step + k·hidden` (the forward pass's
+    /// output; the backward pass's gate gradients, so that everything computed from them is
+    /// NaN as well).
+    pub struct FinishArgs<T> {
         pub h: *const T,
         pub c: *const T,
-        pub h_n: *mut T,
-        pub c_n: *mut T,
-        pub output: *mut T,
+        pub h_out: *mut T,
+        pub c_out: *mut T,
+        pub poisoned: *mut T,
         pub lengths: *const i32,
         pub batch: u64,
         pub steps: u64,
         pub hidden: u64,
         pub cell: u64,
         pub directions: u64,
+        pub poison_direction: u64,
+        pub poison_row: u64,
+        pub poison_step: u64,
+        pub poison_count: u64,
     }
 }
 
@@ -468,27 +476,6 @@ kernel_args! {
         pub directions: u64,
         pub step: u64,
         pub saved_stride: u64,
-    }
-}
-
-kernel_args! {
-    /// The end of one layer's backward pass: `ferrax_rnn_backward_finish_<dtype>`. The initial
-    /// states' gradients `dh0`, `dc0` of the layer's pseudo-layers from `dh`, `dc` (zero for a
-    /// row of length 0; NaN for a length outside `0..=T`, whose gate gradients `d_in` become
-    /// NaN too, so that everything computed from them is).
-    pub struct BackwardFinishArgs<T> {
-        pub dh: *const T,
-        pub dc: *const T,
-        pub dh0: *mut T,
-        pub dc0: *mut T,
-        pub d_in: *mut T,
-        pub lengths: *const i32,
-        pub batch: u64,
-        pub steps: u64,
-        pub hidden: u64,
-        pub cell: u64,
-        pub directions: u64,
-        pub gates: u64,
     }
 }
 
@@ -584,39 +571,45 @@ pub unsafe fn forward_step<T: Activation, C: Cell>(args: ForwardStepArgs<T>) {
 }
 
 /// # Safety
-/// As [`forward_step`].
+/// As [`forward_step`], and `poisoned` spans the strides' elements.
 #[inline(always)]
-pub unsafe fn forward_finish<T: Real>(args: ForwardFinishArgs<T>) {
-    let ForwardFinishArgs {
+pub unsafe fn finish<T: Real>(args: FinishArgs<T>) {
+    let FinishArgs {
         h,
         c,
-        h_n,
-        c_n,
-        output,
+        h_out,
+        c_out,
+        poisoned,
         lengths,
         batch,
         steps,
         hidden,
         cell,
         directions,
+        poison_direction,
+        poison_row,
+        poison_step,
+        poison_count,
     } = args;
-    let width = directions * hidden;
     for_each_unit(directions, batch, hidden, |d, b, j| {
         let len = row_length(*lengths.add(b as usize), steps);
-        let state = ((d * batch + b) * hidden + j) as usize;
-        let final_value = |state_value: T| match len {
+        let end = |value: T| match len {
             Some(0) => T::ZERO,
-            Some(_) => state_value,
+            Some(_) => value,
             None => T::NAN,
         };
-        *h_n.add(state) = final_value(*h.add(state));
+        let state = ((d * batch + b) * hidden + j) as usize;
+        *h_out.add(state) = end(*h.add(state));
         if j < cell {
             let at = ((d * batch + b) * cell + j) as usize;
-            *c_n.add(at) = final_value(*c.add(at));
+            *c_out.add(at) = end(*c.add(at));
         }
         if len.is_none() {
             for t in 0..steps {
-                *output.add(((b * steps + t) * width + d * hidden + j) as usize) = T::NAN;
+                let at = d * poison_direction + b * poison_row + t * poison_step + j;
+                for k in 0..poison_count {
+                    *poisoned.add((at + k * hidden) as usize) = T::NAN;
+                }
             }
         }
     });
@@ -718,48 +711,6 @@ pub unsafe fn backward_step<T: Activation, C: Cell>(args: BackwardStepArgs<T>) {
 }
 
 /// # Safety
-/// As [`forward_step`].
-#[inline(always)]
-pub unsafe fn backward_finish<T: Real>(args: BackwardFinishArgs<T>) {
-    let BackwardFinishArgs {
-        dh,
-        dc,
-        dh0,
-        dc0,
-        d_in,
-        lengths,
-        batch,
-        steps,
-        hidden,
-        cell,
-        directions,
-        gates,
-    } = args;
-    for_each_unit(directions, batch, hidden, |d, b, j| {
-        let len = row_length(*lengths.add(b as usize), steps);
-        let state = ((d * batch + b) * hidden + j) as usize;
-        let initial = |value: T| match len {
-            Some(0) => T::ZERO,
-            Some(_) => value,
-            None => T::NAN,
-        };
-        *dh0.add(state) = initial(*dh.add(state));
-        if j < cell {
-            let at = ((d * batch + b) * cell + j) as usize;
-            *dc0.add(at) = initial(*dc.add(at));
-        }
-        if len.is_none() {
-            for t in 0..steps {
-                let at = ((d * batch + b) * steps + t) * gates * hidden + j;
-                for k in 0..gates {
-                    *d_in.add((at + k * hidden) as usize) = T::NAN;
-                }
-            }
-        }
-    });
-}
-
-/// # Safety
 /// `m` holds `groups·rows` rows of `ld` elements, `out` `groups` rows of `out_stride`.
 #[inline(always)]
 pub unsafe fn column_sums<T: Real>(args: ColumnSumsArgs<T>) {
@@ -813,17 +764,10 @@ kernel_entries! {
 }
 
 kernel_entries! {
-    /// `ferrax_rnn_forward_finish_<dtype>`.
-    pub const FORWARD_FINISH: Kernels<ScalarKind, ForwardFinishArgs<AnyElement>>;
-    (ScalarKind::F32) [rnn forward_finish f32]: ForwardFinishArgs<f32> = forward_finish::<f32>;
-    (ScalarKind::F64) [rnn forward_finish f64]: ForwardFinishArgs<f64> = forward_finish::<f64>;
-}
-
-kernel_entries! {
-    /// `ferrax_rnn_backward_finish_<dtype>`.
-    pub const BACKWARD_FINISH: Kernels<ScalarKind, BackwardFinishArgs<AnyElement>>;
-    (ScalarKind::F32) [rnn backward_finish f32]: BackwardFinishArgs<f32> = backward_finish::<f32>;
-    (ScalarKind::F64) [rnn backward_finish f64]: BackwardFinishArgs<f64> = backward_finish::<f64>;
+    /// `ferrax_rnn_finish_<dtype>`.
+    pub const FINISH: Kernels<ScalarKind, FinishArgs<AnyElement>>;
+    (ScalarKind::F32) [rnn finish f32]: FinishArgs<f32> = finish::<f32>;
+    (ScalarKind::F64) [rnn finish f64]: FinishArgs<f64> = finish::<f64>;
 }
 
 kernel_entries! {
@@ -859,18 +803,9 @@ pub fn backward_step_launch(
     BACKWARD_STEP.launch((kind, mode), grid_for(units), BLOCK, 0)
 }
 
-pub fn forward_finish_launch(
-    kind: ScalarKind,
-    units: u64,
-) -> Option<LaunchConfig<ForwardFinishArgs<AnyElement>>> {
-    FORWARD_FINISH.launch(kind, grid_for(units), BLOCK, 0)
-}
-
-pub fn backward_finish_launch(
-    kind: ScalarKind,
-    units: u64,
-) -> Option<LaunchConfig<BackwardFinishArgs<AnyElement>>> {
-    BACKWARD_FINISH.launch(kind, grid_for(units), BLOCK, 0)
+/// The finish kernel for `kind` over `units` triples.
+pub fn finish_launch(kind: ScalarKind, units: u64) -> Option<LaunchConfig<FinishArgs<AnyElement>>> {
+    FINISH.launch(kind, grid_for(units), BLOCK, 0)
 }
 
 /// The column sums of `groups × cols` outputs.
@@ -945,9 +880,8 @@ mod tests {
 
     #[test]
     fn activations_keep_nan_and_saturate_at_infinity() {
-        for x in [f32::NAN] {
-            assert!(exp_f32(x).is_nan() && tanh_f32(x).is_nan() && x.sigmoid().is_nan());
-        }
+        assert!(exp_f32(f32::NAN).is_nan() && tanh_f32(f32::NAN).is_nan());
+        assert!(f32::NAN.sigmoid().is_nan() && f64::NAN.sigmoid().is_nan());
         assert!(exp_f64(f64::NAN).is_nan() && tanh_f64(f64::NAN).is_nan());
         assert_eq!(
             (tanh_f32(f32::INFINITY), tanh_f32(f32::NEG_INFINITY)),
@@ -1130,7 +1064,7 @@ mod tests {
     }
 
     #[test]
-    fn finish_kernels_zero_empty_rows_and_poison_invalid_ones() {
+    fn finish_zeroes_empty_rows_and_poisons_invalid_ones() {
         let (directions, batch, steps, hidden) = (2u64, 3u64, 2u64, 2u64);
         let lengths = [2i32, 0, -1];
         let units = (directions * batch * hidden) as usize;
@@ -1147,20 +1081,25 @@ mod tests {
         ];
         let mut lengths_buf = Buffer::new(&lengths, 0);
         let p: Vec<usize> = bufs.iter_mut().map(|b| b.ptr()).collect();
-        let args = ForwardFinishArgs::<f64> {
+        // The forward pass's output `(B, T, D·H)` is what invalid rows poison here.
+        let args = FinishArgs::<f64> {
             h: p[0] as *const f64,
             c: p[1] as *const f64,
-            h_n: p[2] as *mut f64,
-            c_n: p[3] as *mut f64,
-            output: p[4] as *mut f64,
+            h_out: p[2] as *mut f64,
+            c_out: p[3] as *mut f64,
+            poisoned: p[4] as *mut f64,
             lengths: lengths_buf.ptr() as *const i32,
             batch,
             steps,
             hidden,
             cell: hidden,
             directions,
+            poison_direction: hidden,
+            poison_row: steps * directions * hidden,
+            poison_step: directions * hidden,
+            poison_count: 1,
         };
-        let launch = forward_finish_launch(ScalarKind::F64, units as u64).unwrap();
+        let launch = finish_launch(ScalarKind::F64, units as u64).unwrap();
         unsafe { run_on_host(launch.kernel, launch.grid, launch.block, 0, args) };
         let (h_n, output) = (
             bufs[2].as_mut_slice().to_vec(),

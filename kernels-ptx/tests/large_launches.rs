@@ -33,8 +33,7 @@ fn grid_stride_kernels_are_capped_for_any_length() {
             let grids = [
                 rnn::forward_step_launch(kind, rnn::Mode::Lstm, length).map(|l| l.grid),
                 rnn::backward_step_launch(kind, rnn::Mode::Gru, length).map(|l| l.grid),
-                rnn::forward_finish_launch(kind, length).map(|l| l.grid),
-                rnn::backward_finish_launch(kind, length).map(|l| l.grid),
+                rnn::finish_launch(kind, length).map(|l| l.grid),
                 rnn::column_sums_launch(kind, length).map(|l| l.grid),
             ];
             for grid in grids {

@@ -146,14 +146,14 @@ pub struct Operand<'d> {
 }
 
 impl Operand<'_> {
-    fn len<T>(&self) -> usize {
+    fn len(&self) -> usize {
         self.dims.iter().map(|&d| d as usize).product()
     }
 
     /// The buffer's elements.
     pub fn download<T: NativeType + Default>(&self) -> Vec<T> {
         assert_eq!(T::DTYPE.to_raw(), self.dtype, "download's element type");
-        let mut values = vec![T::default(); self.len::<T>()];
+        let mut values = vec![T::default(); self.len()];
         // SAFETY: the buffer holds that many elements of `T`.
         unsafe {
             ptr::copy_nonoverlapping(self.data.cast::<T>(), values.as_mut_ptr(), values.len())

@@ -4,7 +4,7 @@
 //! per direction, split by rows) as tasks of one pool run.
 
 use super::cell::backward_row;
-use super::forward::{layer_sequences, Layer, States};
+use super::forward::{Layer, States};
 use super::{
     batch_chunks, forward, matmul, part, run_tasks, Dims, Inputs, Mode, Outputs, Reserve,
     RnnScalar, View, WeightLayout,
@@ -215,17 +215,7 @@ fn run<T: RnnScalar, C: Cell>(
     let groups = out.groups;
     let chunks = batch_chunks(pool.threads(), directions, dims.batch);
     for layer in (0..c.layers).rev() {
-        let (input, output) = layer_sequences(dims, reserve, layer, inputs.x, &states);
-        let ctx = Layer {
-            dims,
-            layer,
-            weights,
-            reserve,
-            inputs,
-            input,
-            output,
-            states,
-        };
+        let ctx = Layer::new((dims, layer), weights, reserve, inputs, states);
         // SAFETY: offsets within `upstream`'s two parts.
         let dy = if layer + 1 == c.layers {
             gradients.dy.as_ptr()
@@ -288,7 +278,7 @@ fn backward_rows<T: RnnScalar, C: Cell>(
     let w_hh = View::of(&ctx.inputs.w[ctx.weights.matrices[p].1..], gates, hidden);
     let state = |all: &[T], width: usize| {
         let mut state = memory::vec_of(nb * width, T::ZERO)?;
-        state.copy_from_slice(&all[(p * dims.batch + rows.start) * width..][..nb * width]);
+        state.copy_from_slice(ctx.state_rows(all, p, &rows, width));
         Ok::<_, Error>(state)
     };
     let (mut dh, mut dc) = (state(step.dh_n, hidden)?, state(step.dc_n, cell)?);

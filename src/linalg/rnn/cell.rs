@@ -5,30 +5,6 @@
 use super::simd_dispatch;
 use ferrax_kernels::rnn::{Activation, Cell};
 
-// A function boundary of their own, with the widest vector unit: the rows' slices keep their
-// no-alias guarantee (inlined into the step loop, where the reserve's rows come from a shared
-// pointer, the loops stayed scalar).
-simd_dispatch!(
-    pub(crate) fn forward_row<T: Activation, C: Cell>(
-        products: [&[T]; 4],
-        h: &mut [T],
-        c: &mut [T],
-        saved: &mut [T],
-    ) -> () = forward_row_portable
-);
-
-simd_dispatch!(
-    pub(crate) fn backward_row<T: Activation, C: Cell>(
-        dh: &[T],
-        saved: &[T],
-        states: [&[T]; 3],
-        dc: &mut [T],
-        d_in: &mut [T],
-        d_rec: &mut [T],
-        dh_prev: &mut [T],
-    ) -> () = backward_row_portable
-);
-
 /// The first `count` blocks of `n` values of `values`, each exactly `n` long; the others
 /// empty and never read. (Destructured into locals by the callers: an array of slices indexed
 /// in the loop kept the loop from vectorizing.)
@@ -67,11 +43,15 @@ fn at<T: Activation>(block: &[T], j: usize, live: bool) -> T {
     }
 }
 
+simd_dispatch! {
 /// One step of a row: `x` (`W x`) and `r` (`R h`) the gates' products, `b_ih`, `b_hh` the
 /// biases, all `gates × n`; `h` and `c` (empty without a cell state) the state, updated;
 /// `saved` gets [`Mode::saved`](ferrax_kernels::rnn::Mode::saved)` × n` values.
-#[inline(always)]
-fn forward_row_portable<T: Activation, C: Cell>(
+///
+/// A function boundary of its own, with the widest vector unit: the row's slices keep their
+/// no-alias guarantee (inlined into the step loop, where the reserve's rows come from a shared
+/// pointer, the loop stayed scalar).
+pub(crate) fn forward_row<T: Activation, C: Cell>(
     products: [&[T]; 4],
     h: &mut [T],
     c: &mut [T],
@@ -112,7 +92,9 @@ fn forward_row_portable<T: Activation, C: Cell>(
         }
     }
 }
+}
 
+simd_dispatch! {
 /// The backward of one step of a row. In: `dh`, the gradient of the step's output (from the
 /// layer's output and the next step), the forward step's `saved` values, its output `h`, the
 /// state it started from (`h_prev`, `c_prev`; empty without a cell state), and in `dc` the
@@ -120,8 +102,7 @@ fn forward_row_portable<T: Activation, C: Cell>(
 /// previous state's gradient apart from the recurrent product's, and in `dc` the previous
 /// cell state's.
 #[allow(clippy::too_many_arguments)] // one step's operands, as the equations name them
-#[inline(always)]
-fn backward_row_portable<T: Activation, C: Cell>(
+pub(crate) fn backward_row<T: Activation, C: Cell>(
     dh: &[T],
     saved: &[T],
     states: [&[T]; 3],
@@ -175,4 +156,5 @@ fn backward_row_portable<T: Activation, C: Cell>(
             dc[j] = g.dc_prev;
         }
     }
+}
 }

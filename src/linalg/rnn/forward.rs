@@ -121,7 +121,55 @@ pub(super) struct Layer<'a, T> {
     pub states: States<T>,
 }
 
-impl<T: RnnScalar> Layer<'_, T> {
+impl<'a, T: RnnScalar> Layer<'a, T> {
+    /// Layer `layer` of the pass: its input is `x` or the previous layer's output, its output
+    /// `y` for the last layer, else its place among the inner layers' outputs.
+    pub fn new(
+        (dims, layer): (Dims, usize),
+        weights: &'a WeightLayout,
+        reserve: Reserve,
+        inputs: Inputs<'a, T>,
+        states: States<T>,
+    ) -> Self {
+        let c = dims.config;
+        let rows = dims.batch * dims.steps;
+        let width = c.directions() * c.hidden_size;
+        // SAFETY: offsets within the inner layers' outputs (`layers - 1` of `reserve.output`).
+        let inner = |l: usize| unsafe { states.inner.at(l * reserve.output) };
+        let input = if layer == 0 {
+            View::of(inputs.x, rows, c.input_size)
+        } else {
+            View::new(inner(layer - 1), rows, width, width)
+        };
+        let output = if layer + 1 == c.layers {
+            states.y
+        } else {
+            SharedMut(inner(layer))
+        };
+        Layer {
+            dims,
+            layer,
+            weights,
+            reserve,
+            inputs,
+            input,
+            output,
+            states,
+        }
+    }
+
+    /// The rows `rows` of pseudo-layer `p`'s part of a state array `p × B × width` (`h0`,
+    /// `dh_n`, ...).
+    pub fn state_rows<'s>(
+        &self,
+        all: &'s [T],
+        p: usize,
+        rows: &std::ops::Range<usize>,
+        width: usize,
+    ) -> &'s [T] {
+        &all[(p * self.dims.batch + rows.start) * width..][..rows.len() * width]
+    }
+
     /// Pseudo-layer of direction `d`.
     pub fn pseudo(&self, d: usize) -> usize {
         self.layer * self.dims.config.directions() + d
@@ -156,33 +204,6 @@ impl<T: RnnScalar> Layer<'_, T> {
     }
 }
 
-/// The input and output of layer `layer`: `x` or the previous layer's output; `y` for the
-/// last layer, else its place among the inner layers' outputs.
-pub(super) fn layer_sequences<T: RnnScalar>(
-    dims: Dims,
-    reserve: Reserve,
-    layer: usize,
-    x: &[T],
-    states: &States<T>,
-) -> (View<T>, SharedMut<T>) {
-    let c = dims.config;
-    let rows = dims.batch * dims.steps;
-    let width = c.directions() * c.hidden_size;
-    // SAFETY: offsets within the inner layers' outputs (`layers - 1` of `reserve.output`).
-    let inner = |l: usize| unsafe { states.inner.at(l * reserve.output) };
-    let input = if layer == 0 {
-        View::of(x, rows, c.input_size)
-    } else {
-        View::new(inner(layer - 1), rows, width, width)
-    };
-    let output = if layer + 1 == c.layers {
-        states.y
-    } else {
-        SharedMut(inner(layer))
-    };
-    (input, output)
-}
-
 fn run<T: RnnScalar, C: Cell>(
     pool: &dyn Pool,
     dims: Dims,
@@ -196,17 +217,7 @@ fn run<T: RnnScalar, C: Cell>(
     let workspaces: Vec<Mutex<Workspace<T>>> =
         (0..directions * chunks).map(|_| Mutex::default()).collect();
     for layer in 0..dims.config.layers {
-        let (input, output) = layer_sequences(dims, reserve, layer, inputs.x, &states);
-        let ctx = Layer {
-            dims,
-            layer,
-            weights,
-            reserve,
-            inputs,
-            input,
-            output,
-            states,
-        };
+        let ctx = Layer::new((dims, layer), weights, reserve, inputs, states);
         run_tasks(pool, directions * chunks, &|task| {
             let rows = part(dims.batch, chunks, task % chunks);
             forward_rows::<T, C>(&ctx, &workspaces[task], task / chunks, rows)
@@ -286,8 +297,7 @@ fn forward_rows<T: RnnScalar, C: Cell>(
     };
 
     let state = |vec: &mut Vec<T>, all: &[T], width: usize| {
-        let state = sized(vec, nb * width)?;
-        state.copy_from_slice(&all[(p * dims.batch + rows.start) * width..][..nb * width]);
+        sized(vec, nb * width)?.copy_from_slice(ctx.state_rows(all, p, &rows, width));
         Ok::<_, Error>(())
     };
     state(h, ctx.inputs.h0, hidden)?;

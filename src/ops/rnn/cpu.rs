@@ -45,22 +45,42 @@ fn rnn_bwd_cpu(pool: ThreadPool<'_>, ops: RnnBwd<'_>) -> Result<()> {
     }
 }
 
+/// The network's inputs in the computation's scalar: the lengths (checked) and `x`, `h0`,
+/// `c0`, `w`.
+struct Loaded<'a, T> {
+    lengths: &'a [i32],
+    values: [Staged<'a, T>; 4],
+}
+
+impl<'a, T: Compute> Loaded<'a, T> {
+    fn new(dims: Dims, seq_lengths: &Array<'a, i32>, operands: [Buffer<'a>; 4]) -> Result<Self> {
+        // SAFETY: the lengths are an argument no result aliases.
+        let lengths = unsafe { seq_lengths.as_slice() };
+        check_lengths(seq_lengths, lengths, dims.steps)?;
+        let [x, h0, c0, w] = operands.map(T::load);
+        Ok(Loaded {
+            lengths,
+            values: [x?, h0?, c0?, w?],
+        })
+    }
+
+    fn inputs(&self) -> Inputs<'_, T> {
+        let [x, h0, c0, w] = &self.values;
+        Inputs {
+            x,
+            h0,
+            c0,
+            w,
+            lengths: self.lengths,
+        }
+    }
+}
+
 fn forward<T: Compute>(pool: &ThreadPool<'_>, dims: Dims, ops: Rnn<'_>) -> Result<()> {
-    // SAFETY: the lengths are an argument no result aliases.
-    let lengths = unsafe { ops.seq_lengths.as_slice() };
-    check_lengths(&ops.seq_lengths, lengths, dims.steps)?;
-    let [x, h0, c0, w] = [ops.x, ops.h0, ops.c0, ops.w].map(T::load);
-    let (x, h0, c0, w) = (x?, h0?, c0?, w?);
+    let loaded = Loaded::<T>::new(dims, &ops.seq_lengths, [ops.x, ops.h0, ops.c0, ops.w])?;
     let mut y = Output::<T>::new(ops.y)?;
     let mut h_n = Output::<T>::new(ops.h_n)?;
     let mut c_n = Output::<T>::new(ops.c_n)?;
-    let inputs = Inputs {
-        x: &x,
-        h0: &h0,
-        c0: &c0,
-        w: &w,
-        lengths,
-    };
     let (reserve, len) = reserve_of::<T>(&ops.reserve);
     let outputs = Outputs {
         y: y.slice(),
@@ -69,31 +89,20 @@ fn forward<T: Compute>(pool: &ThreadPool<'_>, dims: Dims, ops: Rnn<'_>) -> Resul
         // SAFETY: the reserve is a result of its own, written by this call alone.
         reserve: reserve.map(|ptr| unsafe { std::slice::from_raw_parts_mut(ptr, len) }),
     };
-    rnn::forward(pool, dims, inputs, outputs)?;
+    rnn::forward(pool, dims, loaded.inputs(), outputs)?;
     y.finish()?;
     h_n.finish()?;
     c_n.finish()
 }
 
 fn backward<T: Compute>(pool: &ThreadPool<'_>, dims: Dims, ops: RnnBwd<'_>) -> Result<()> {
-    // SAFETY: the lengths are an argument no result aliases.
-    let lengths = unsafe { ops.seq_lengths.as_slice() };
-    check_lengths(&ops.seq_lengths, lengths, dims.steps)?;
-    let operands = [ops.x, ops.h0, ops.c0, ops.w, ops.y, ops.dy, ops.dh_n, ops.dc_n];
-    let [x, h0, c0, w, y, dy, dh_n, dc_n] = operands.map(T::load);
-    let (x, h0, c0, w, y) = (x?, h0?, c0?, w?, y?);
-    let (dy, dh_n, dc_n) = (dy?, dh_n?, dc_n?);
+    let loaded = Loaded::<T>::new(dims, &ops.seq_lengths, [ops.x, ops.h0, ops.c0, ops.w])?;
+    let [y, dy, dh_n, dc_n] = [ops.y, ops.dy, ops.dh_n, ops.dc_n].map(T::load);
+    let (y, dy, dh_n, dc_n) = (y?, dy?, dh_n?, dc_n?);
     let mut dx = Output::<T>::new(ops.dx)?;
     let mut dh0 = Output::<T>::new(ops.dh0)?;
     let mut dc0 = Output::<T>::new(ops.dc0)?;
     let mut dw = Output::<T>::new(ops.dw)?;
-    let inputs = Inputs {
-        x: &x,
-        h0: &h0,
-        c0: &c0,
-        w: &w,
-        lengths,
-    };
     let (reserve, len) = reserve_of::<T>(&ops.reserve);
     // SAFETY: an argument no result aliases.
     let reserve = reserve.map(|ptr| unsafe { std::slice::from_raw_parts(ptr.cast_const(), len) });
@@ -109,7 +118,7 @@ fn backward<T: Compute>(pool: &ThreadPool<'_>, dims: Dims, ops: RnnBwd<'_>) -> R
         dw: dw.slice(),
         groups: ops.groups()?,
     };
-    rnn::backward(pool, dims, inputs, &y, reserve, gradients, out)?;
+    rnn::backward(pool, dims, loaded.inputs(), &y, reserve, gradients, out)?;
     dx.finish()?;
     dh0.finish()?;
     dc0.finish()?;

@@ -20,9 +20,8 @@ use crate::memory;
 use cudarc::cublas::sys::cublasOperation_t as Op;
 use ferrax_kernels::launch::{AnyElement, KernelArgs, LaunchConfig, ScalarKind};
 use ferrax_kernels::rnn::{
-    backward_finish_launch, backward_step_launch, column_sums_launch, forward_finish_launch,
-    forward_step_launch, BackwardFinishArgs, BackwardStepArgs, ColumnSumsArgs, ForwardFinishArgs,
-    ForwardStepArgs,
+    backward_step_launch, column_sums_launch, finish_launch, forward_step_launch,
+    BackwardStepArgs, ColumnSumsArgs, FinishArgs, ForwardStepArgs,
 };
 use std::ffi::c_void;
 
@@ -251,10 +250,12 @@ impl<'a, T: GpuReal> Call<'a, T> {
         blas.tf32(allow_tf32)?;
         // cuBLAS's sizes are 32-bit: every product's rows, columns and strides below.
         let c = dims.config;
-        let rows = dims.batch.checked_mul(dims.steps).unwrap_or(usize::MAX);
-        library_int("batch × steps", rows)?;
+        library_int("batch × steps", dims.batch.saturating_mul(dims.steps))?;
         let widest = c.input_size.max(c.directions() * c.hidden_size);
-        library_int("gate rows × width", c.mode.gates() * c.hidden_size * widest)?;
+        library_int(
+            "gate rows × width",
+            (c.mode.gates() * c.hidden_size).saturating_mul(widest),
+        )?;
         Ok(Call {
             gpu,
             blas,
@@ -410,20 +411,10 @@ impl<'a, T: GpuReal> Call<'a, T> {
                 };
                 self.launch(forward_step_launch(T::KIND, c.mode, units), args)?;
             }
-            let args = ForwardFinishArgs::<AnyElement> {
-                h: h.cast_const().cast(),
-                c: cs.cast_const().cast(),
-                h_n: io.h_n.add(p0 * batch * hidden).cast(),
-                c_n: io.c_n.add(p0 * batch * cell).cast(),
-                output: output.cast(),
-                lengths: self.lengths,
-                batch: batch as u64,
-                steps: steps as u64,
-                hidden: hidden as u64,
-                cell: cell as u64,
-                directions: directions as u64,
-            };
-            self.launch(forward_finish_launch(T::KIND, units), args)?;
+            // The final states; an invalid row's output turns NaN.
+            let states = [h.cast_const(), cs.cast_const()];
+            let finals = [io.h_n.add(p0 * batch * hidden), io.c_n.add(p0 * batch * cell)];
+            self.finish(states, finals, output, [hidden, steps * width, width, 1])?;
         }
         Ok(())
     }
@@ -488,24 +479,50 @@ impl<'a, T: GpuReal> Call<'a, T> {
                 self.gemm((dh_next, [batch, hidden, hidden], batch * hidden), (rec, false, batch * gates), (w_hh, false, hh_stride), T::ONE, directions)?;
                 std::mem::swap(&mut dh, &mut dh_next);
             }
-            let args = BackwardFinishArgs::<AnyElement> {
-                dh: dh.cast_const().cast(),
-                dc: dc.cast_const().cast(),
-                dh0: io.dh0.add(p0 * batch * hidden).cast(),
-                dc0: io.dc0.add(p0 * batch * cell).cast(),
-                d_in: d_in.cast(),
-                lengths: self.lengths,
-                batch: batch as u64,
-                steps: steps as u64,
-                hidden: hidden as u64,
-                cell: cell as u64,
-                directions: directions as u64,
-                gates: c.mode.gates() as u64,
-            };
-            self.launch(backward_finish_launch(T::KIND, units), args)?;
+            // The initial states' gradients; an invalid row's gate gradients turn NaN.
+            let states = [dh.cast_const(), dc.cast_const()];
+            let initials = [io.dh0.add(p0 * batch * hidden), io.dc0.add(p0 * batch * cell)];
+            let layout = [rows * gates, steps * gates, gates, c.mode.gates()];
+            self.finish(states, initials, d_in, layout)?;
             self.products(layer, input, [d_in, d_rec, h_prev], dx, io.dw, io.groups)?;
         }
         Ok(())
+    }
+
+    /// The end of a layer's pass: its states (or their gradients) `[h, c]` into `out` (the
+    /// layer's pseudo-layers), zero for empty rows and NaN for rows of invalid length, whose
+    /// elements of `poisoned` turn NaN too: `[per direction, per row, per step, how many]`
+    /// apart by `hidden` (see [`FinishArgs`]).
+    ///
+    /// # Safety
+    /// As [`Call::forward`].
+    unsafe fn finish(
+        &self,
+        [h, c]: [*const T; 2],
+        [h_out, c_out]: [*mut T; 2],
+        poisoned: *mut T,
+        [direction, row, step, count]: [usize; 4],
+    ) -> Result<()> {
+        let (dims, config) = (self.dims, self.dims.config);
+        let units = (config.directions() * dims.batch * config.hidden_size) as u64;
+        let args = FinishArgs::<AnyElement> {
+            h: h.cast(),
+            c: c.cast(),
+            h_out: h_out.cast(),
+            c_out: c_out.cast(),
+            poisoned: poisoned.cast(),
+            lengths: self.lengths,
+            batch: dims.batch as u64,
+            steps: dims.steps as u64,
+            hidden: config.hidden_size as u64,
+            cell: config.cell_size() as u64,
+            directions: config.directions() as u64,
+            poison_direction: direction as u64,
+            poison_row: row as u64,
+            poison_step: step as u64,
+            poison_count: count as u64,
+        };
+        self.launch(finish_launch(T::KIND, units), args)
     }
 
     /// Layer `layer`'s weight gradients, per group of batch rows, and its input's gradient

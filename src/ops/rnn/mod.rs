@@ -194,52 +194,72 @@ fn check_inputs(
     Ok((dims, precision))
 }
 
+/// The attributes both targets take: `mode`, the sizes (`input_size`, `hidden_size`,
+/// `num_layers`), `bidirectional`, `dropout`.
+type Attributes = (i32, [i64; 3], bool, f32);
+
+/// What both targets check: the attributes' network, its inputs, the forward pass's output `y`
+/// and the reserve's rank; returns the call's sizes and precision.
+fn check_network(
+    (mode, [input_size, hidden_size, num_layers], bidirectional, dropout): Attributes,
+    inputs: [&Buffer<'_>; 4],
+    seq_lengths: &Array<'_, i32>,
+    y: &Buffer<'_>,
+    reserve: &Array<'_, f32>,
+) -> Result<(Dims, Precision)> {
+    let sizes = [
+        ("input_size", input_size),
+        ("hidden_size", hidden_size),
+        ("num_layers", num_layers),
+    ];
+    let config = config(mode, sizes, bidirectional, dropout)?;
+    let (dims, precision) = check_inputs(config, inputs, seq_lengths)?;
+    let width = (config.directions() * config.hidden_size) as i64;
+    y.expect_dims(&[dims.batch as i64, dims.steps as i64, width])?;
+    y.expect_dtype(inputs[0].dtype())?;
+    match reserve.dims() {
+        [_] => Ok((dims, precision)),
+        dims => Err(reserve.mismatch("rank 1".into(), format!("shape {dims:?}"))),
+    }
+}
+
 impl Rnn<'_> {
     /// Checks every operand; returns the call's sizes and precision.
     pub(crate) fn check(&self) -> Result<(Dims, Precision)> {
-        let sizes = [
-            ("input_size", self.input_size),
-            ("hidden_size", self.hidden_size),
-            ("num_layers", self.num_layers),
-        ];
-        let config = config(self.mode, sizes, self.bidirectional, self.dropout)?;
-        let (dims, precision) =
-            check_inputs(config, [&self.x, &self.h0, &self.c0, &self.w], &self.seq_lengths)?;
-        let c = dims.config;
-        let width = (c.directions() * c.hidden_size) as i64;
-        self.y.expect_dims(&[dims.batch as i64, dims.steps as i64, width])?;
-        self.y.expect_dtype(self.x.dtype())?;
+        let sizes = [self.input_size, self.hidden_size, self.num_layers];
+        let checked = check_network(
+            (self.mode, sizes, self.bidirectional, self.dropout),
+            [&self.x, &self.h0, &self.c0, &self.w],
+            &self.seq_lengths,
+            &self.y,
+            &self.reserve,
+        )?;
         expect_like(&self.h_n, &self.h0)?;
         expect_like(&self.c_n, &self.c0)?;
-        match self.reserve.dims() {
-            [_] => Ok((dims, precision)),
-            dims => Err(self
-                .reserve
-                .mismatch("rank 1".into(), format!("shape {dims:?}"))),
-        }
+        Ok(checked)
     }
 }
 
 impl RnnBwd<'_> {
     /// Checks every operand; returns the call's sizes and precision.
     pub(crate) fn check(&self) -> Result<(Dims, Precision)> {
-        let sizes = [
-            ("input_size", self.input_size),
-            ("hidden_size", self.hidden_size),
-            ("num_layers", self.num_layers),
-        ];
-        let config = config(self.mode, sizes, self.bidirectional, self.dropout)?;
-        let (dims, precision) =
-            check_inputs(config, [&self.x, &self.h0, &self.c0, &self.w], &self.seq_lengths)?;
-        let c = dims.config;
-        let width = (c.directions() * c.hidden_size) as i64;
-        self.y.expect_dims(&[dims.batch as i64, dims.steps as i64, width])?;
-        self.y.expect_dtype(self.x.dtype())?;
-        expect_like(&self.dy, &self.y)?;
-        expect_like(&self.dh_n, &self.h0)?;
-        expect_like(&self.dc_n, &self.c0)?;
-        for (result, operand) in [(&self.dx, &self.x), (&self.dh0, &self.h0), (&self.dc0, &self.c0)] {
-            expect_like(result, operand)?;
+        let sizes = [self.input_size, self.hidden_size, self.num_layers];
+        let (dims, precision) = check_network(
+            (self.mode, sizes, self.bidirectional, self.dropout),
+            [&self.x, &self.h0, &self.c0, &self.w],
+            &self.seq_lengths,
+            &self.y,
+            &self.reserve,
+        )?;
+        for (gradient, value) in [
+            (&self.dy, &self.y),
+            (&self.dh_n, &self.h0),
+            (&self.dc_n, &self.c0),
+            (&self.dx, &self.x),
+            (&self.dh0, &self.h0),
+            (&self.dc0, &self.c0),
+        ] {
+            expect_like(gradient, value)?;
         }
         let groups = self.groups()?;
         if dims.batch % groups != 0 {
@@ -250,12 +270,7 @@ impl RnnBwd<'_> {
         }
         self.dw.expect_dims(&[groups as i64, self.w.dims()[0]])?;
         self.dw.expect_dtype(self.w.dtype())?;
-        match self.reserve.dims() {
-            [_] => Ok((dims, precision)),
-            dims => Err(self
-                .reserve
-                .mismatch("rank 1".into(), format!("shape {dims:?}"))),
-        }
+        Ok((dims, precision))
     }
 }
 
