@@ -71,7 +71,7 @@ impl Device {
         let buffer = self.zeros::<T>(dims);
         assert_eq!(
             values.len(),
-            buffer.len::<T>(),
+            buffer.len(),
             "values for {:?}",
             buffer.dims
         );
@@ -84,7 +84,7 @@ impl Device {
     pub fn zeros<T: NativeType>(&self, dims: Vec<i64>) -> Operand<'_> {
         let buffer = self.untouched::<T>(dims);
         // SAFETY: the buffer holds that many elements of `T`.
-        unsafe { ptr::write_bytes(buffer.data.cast::<T>(), 0, buffer.len::<T>()) };
+        unsafe { ptr::write_bytes(buffer.data.cast::<T>(), 0, buffer.len()) };
         buffer
     }
 
