@@ -789,6 +789,25 @@ def test_gesdd(op, dtype, random_matrix, assert_close, capi):
         assert_padding_untouched(buf, *(x for x in (u, vt) if x))
 
 
+@pytest.mark.parametrize("op", ["gesdd", "gesvd"])
+def test_gesdd_of_empty_matrices(op, dtype, assert_close, capi):
+    """m or n = 0 with jobz 'A': the empty factor may be null (a fuzz finding: a slice was made
+    from it), the other is a unitary matrix."""
+    cases = []
+    for layout, (m, n) in itertools.product(LAYOUTS, ((0, 3), (3, 0))):
+        u = Strided.of(output((BATCH, m, m), dtype), layout) if m else None
+        vt = Strided.of(output((BATCH, n, n), dtype), layout) if n else None
+        cases.append((layout, m, n, u, vt, output(BATCH, np.int32)))
+    results = capi([c_call(op, dtype, layout=layout, batch=BATCH, jobz="A", m=m, n=n, a=None,
+                           lda=max(n if layout == ROW else m, 1),
+                           s=None, u=u and u.raw, ldu=u.ld if u else 1, vt=vt and vt.raw,
+                           ldvt=vt.ld if vt else 1, info=info)
+                    for layout, m, n, u, vt, info in cases])
+    assert_success(results, *(info for *_, info in cases))
+    for *_, u, vt, _ in cases:
+        assert_orthonormal((u or vt).matrices, assert_close)
+
+
 def test_syevd(dtype, random_matrix, assert_close, capi):
     """jobz 'V' and 'N', uplo 'L' and 'U', on non-symmetric input (one triangle is read)."""
     real = np.finfo(dtype).dtype

@@ -136,11 +136,11 @@ impl<T: Copy> Batch<T> {
     /// `b < count`; nothing else reads or writes the span while the slice lives.
     #[allow(clippy::mut_from_ref)] // the memory is the caller's, as the view's contract says
     pub unsafe fn matrix_span<'s>(&self, b: usize) -> &'s mut [T] {
-        let span = if self.rows == 0 || self.cols == 0 {
-            0
-        } else {
-            (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride + 1
-        };
+        // An empty matrix's pointer may be null (the C ABI allows it): no slice from it.
+        if self.rows == 0 || self.cols == 0 {
+            return &mut [];
+        }
+        let span = (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride + 1;
         std::slice::from_raw_parts_mut(self.matrix(b), span)
     }
 
@@ -151,8 +151,10 @@ impl<T: Copy> Batch<T> {
     #[allow(clippy::mut_from_ref)] // as `matrix_span`
     pub unsafe fn packed_group<'s>(&self, first: usize, count: usize) -> Option<&'s mut [T]> {
         let len = self.rows * self.cols;
-        self.packed_layout()
-            .map(|_| std::slice::from_raw_parts_mut(self.ptr.add(first * len), count * len))
+        self.packed_layout().map(|_| match count * len {
+            0 => &mut [][..],
+            all => std::slice::from_raw_parts_mut(self.ptr.add(first * len), all),
+        })
     }
 
     /// Copies matrix `b` into `dst` column-major (leading dimension `rows`).
@@ -161,6 +163,9 @@ impl<T: Copy> Batch<T> {
     /// `b < count`; nothing writes the matrix meanwhile.
     pub unsafe fn gather(&self, b: usize, dst: &mut [T]) {
         let (rows, cols) = (self.rows, self.cols);
+        if rows == 0 || cols == 0 {
+            return;
+        }
         let src = self.matrix(b);
         if self.row_stride == 1 {
             for j in 0..cols {
@@ -181,6 +186,9 @@ impl<T: Copy> Batch<T> {
     /// `b < count`; nothing else reads or writes the matrix meanwhile.
     pub unsafe fn scatter(&self, b: usize, src: &[T]) {
         let (rows, cols) = (self.rows, self.cols);
+        if rows == 0 || cols == 0 {
+            return;
+        }
         let dst = self.matrix(b);
         if self.row_stride == 1 {
             for j in 0..cols {
