@@ -61,6 +61,9 @@ def _calls(rng, dtype, b, m, n):
         ("ferrax_csr_sparse_dense",
          [mat(6), np.array([0, 2, 4, 6], I32), np.array([0, 1, 1, 2, 0, 2], I32), mat(3, 2)],
          [S((3, 2), dtype)], {}),
+        ("ferrax_spsolve",
+         [mat(b, 6), np.array([0, 1, 1, 2, 0, 2], I32), np.array([0, 2, 4, 6], I32), mat(b, 3)],
+         [S((b, 3), dtype)], {}),
     ]
     for target in ("ferrax_gesdd", "ferrax_gesvd"):
         calls.append((target, [mat(b, m, n)],

@@ -11,10 +11,10 @@ lowers installed code as stock jax does (an artifact that needs no ferrax);
 from ferrax._install import install, installed, uninstall
 from ferrax._registry import export_disabled_checks, register, target_names
 from ferrax._export import NeedsFerrax, export
-from ferrax import linalg, random, rnn
+from ferrax import linalg, random, rnn, sparse
 
 __version__ = "0.1.0"
 __all__ = ["register", "install", "uninstall", "installed", "target_names",
-           "export_disabled_checks", "export", "NeedsFerrax", "linalg", "random", "rnn"]
+           "export_disabled_checks", "export", "NeedsFerrax", "linalg", "random", "rnn", "sparse"]
 
 register()

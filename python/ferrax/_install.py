@@ -47,11 +47,12 @@ from jax._src.interpreters import batching, mlir
 from jax._src.lax import linalg as lax_linalg
 from jax._src.random import threefry2x32 as jax_threefry
 from jax.experimental import rnn as jax_rnn
+from jax.experimental.sparse import linalg as jax_sparse_linalg
 # Imported here rather than on install: importing it registers jax's own sparse lowering rules,
 # which must already be in place when install() saves the rules it replaces.
 from jax.experimental.sparse import _lowerings as sparse_lowerings
 
-from ferrax import _export, _primitives, _rules, _targets as T, linalg, rnn
+from ferrax import _export, _primitives, _rules, _targets as T, linalg, rnn, sparse
 from ferrax._registry import register
 
 #: jaxlib's LAPACK function base name -> the ferrax target with the same contract (jax names
@@ -172,6 +173,8 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cpu", jax_threefry.threefry2x32_p, ALWAYS, R.threefry2x32),
     Route("cpu", S.csr_spmv_p, ALWAYS, R.csr_spmm),
     Route("cpu", S.csr_spmm_p, ALWAYS, R.csr_spmm),
+    # jax's spsolve: a Python callback into scipy on the CPU.
+    Route("cpu", jax_sparse_linalg.spsolve_p, ALWAYS, sparse.cpu_lowering),
     # jax.experimental.rnn's LSTM, which jaxlib lowers on GPUs only, and ferrax.rnn's cells.
     Route("cpu", jax_rnn.rnn_fwd_p, ALWAYS, R.rnn_fwd),
     Route("cpu", jax_rnn.rnn_bwd_p, ALWAYS, R.rnn_bwd),
@@ -321,6 +324,8 @@ _PATCHES = [
     _attribute(jax_rnn, "lstm", rnn.lstm),
     _item(batching.fancy_primitive_batchers, jax_rnn.rnn_fwd_p, _rules.rnn_fwd_batcher),
     _item(batching.fancy_primitive_batchers, jax_rnn.rnn_bwd_p, _rules.rnn_bwd_batcher),
+    # jax's spsolve has no batching rule; ferrax's primitive takes batches.
+    _item(batching.fancy_primitive_batchers, jax_sparse_linalg.spsolve_p, sparse.batcher),
 ]
 
 _lock = threading.Lock()

@@ -64,6 +64,7 @@ GTSV = _target("ferrax_gtsv", "cpu")
 # Targets jax's rules name outright, which ferrax's rules name instead.
 TRIDIAGONAL_SOLVE_PERTURBED = _target("ferrax_tridiagonal_solve_perturbed", "cpu")
 CSR_SPARSE_DENSE = _target("ferrax_csr_sparse_dense", "cpu")
+SPSOLVE = _target("ferrax_spsolve", "cpu")
 
 #: The largest order ``ferrax_cholesky`` takes on CUDA (its fused kernels); past it the
 #: handler fails.

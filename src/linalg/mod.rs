@@ -16,6 +16,7 @@ pub mod qr;
 pub mod rnn;
 pub mod schur;
 pub mod sparse;
+pub mod spsolve;
 pub mod svd;
 pub mod tridiagonal;
 pub mod tridiagonal_solve;

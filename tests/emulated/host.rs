@@ -69,12 +69,7 @@ impl Device {
     /// A device buffer holding `values`, with the logical `dims` the handler sees.
     pub fn upload<T: NativeType>(&self, values: &[T], dims: Vec<i64>) -> Operand<'_> {
         let buffer = self.zeros::<T>(dims);
-        assert_eq!(
-            values.len(),
-            buffer.len(),
-            "values for {:?}",
-            buffer.dims
-        );
+        assert_eq!(values.len(), buffer.len(), "values for {:?}", buffer.dims);
         // SAFETY: the buffer holds `values.len()` elements of `T`.
         unsafe { ptr::copy_nonoverlapping(values.as_ptr(), buffer.data.cast(), values.len()) };
         buffer

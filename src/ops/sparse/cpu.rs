@@ -1,10 +1,11 @@
-//! The CPU handler of CSR times dense: [`crate::linalg::sparse`] on XLA's arrays and thread
-//! pool.
+//! The CPU handlers of the sparse targets: [`crate::linalg::sparse`] and
+//! [`crate::linalg::spsolve`] on XLA's arrays and thread pool.
 
-use super::CSR_SPARSE_DENSE;
+use super::{CSR_SPARSE_DENSE, SPSOLVE};
 use crate::ffi::{Array, Buffer, DataType, Result, ThreadPool};
 use crate::ffi_handlers;
 use crate::linalg::sparse::{self, Csr, Element, SparseIndex};
+use crate::linalg::spsolve::{self, CsrBatch, SparseScalar};
 use num_complex::Complex;
 
 ffi_handlers! {
@@ -17,6 +18,18 @@ ffi_handlers! {
         arg rhs: Buffer;
         ret out: Buffer;
         body = csr_sparse_dense_cpu;
+    }
+
+    /// Sparse direct solve on the host (faer's sparse LU), the batch's matrices split across
+    /// XLA's thread pool.
+    pub fn ferrax_cpu_spsolve(SPSOLVE, Cpu) {
+        ctx pool: ThreadPool;
+        arg data: Buffer;
+        arg indices: Buffer;
+        arg indptr: Buffer;
+        arg b: Buffer;
+        ret x: Buffer;
+        body = spsolve_cpu;
     }
 }
 
@@ -120,4 +133,89 @@ fn multiply<T: Element, I: SparseIndex>(
     // SAFETY: as above.
     let (rhs, out) = unsafe { (rhs.as_slice(), out.as_mut_slice()) };
     sparse::csr_times_dense(&pool, csr, rhs, n, out)
+}
+
+/// `spsolve`'s operands, untyped: four element types and two index types, dispatched below.
+#[derive(Clone, Copy)]
+struct Spsolve<'a> {
+    data: Buffer<'a>,
+    indices: Buffer<'a>,
+    indptr: Buffer<'a>,
+    b: Buffer<'a>,
+    x: Buffer<'a>,
+}
+
+fn spsolve_cpu<'a>(
+    pool: ThreadPool<'_>,
+    data: Buffer<'a>,
+    indices: Buffer<'a>,
+    indptr: Buffer<'a>,
+    b: Buffer<'a>,
+    x: Buffer<'a>,
+) -> Result<()> {
+    let ops = Spsolve {
+        data,
+        indices,
+        indptr,
+        b,
+        x,
+    };
+    match b.dtype() {
+        DataType::F32 => spsolve_by_index::<f32>(pool, ops),
+        DataType::F64 => spsolve_by_index::<f64>(pool, ops),
+        DataType::C64 => spsolve_by_index::<Complex<f32>>(pool, ops),
+        DataType::C128 => spsolve_by_index::<Complex<f64>>(pool, ops),
+        other => Err(b.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
+    }
+}
+
+fn spsolve_by_index<T: SparseScalar>(pool: ThreadPool<'_>, ops: Spsolve<'_>) -> Result<()> {
+    match ops.indptr.dtype() {
+        DataType::S32 => solve::<T, i32>(pool, ops),
+        DataType::S64 => solve::<T, i64>(pool, ops),
+        other => Err(ops
+            .indptr
+            .mismatch("dtype s32 or s64".into(), other.to_string())),
+    }
+}
+
+/// Checks the shapes (module docs) and solves.
+fn solve<T: SparseScalar, I: SparseIndex>(pool: ThreadPool<'_>, ops: Spsolve<'_>) -> Result<()> {
+    let (data, b, x) = (Array::<T>::new(ops.data)?, Array::<T>::new(ops.b)?, Array::<T>::new(ops.x)?);
+    let (indices, indptr) = (Array::<I>::new(ops.indices)?, Array::<I>::new(ops.indptr)?);
+    let n = match indptr.dims() {
+        &[len] if len > 0 => len - 1,
+        dims => return Err(indptr.mismatch("shape [n + 1]".into(), format!("shape {dims:?}"))),
+    };
+    let Some((&len, batch)) = b.dims().split_last() else {
+        return Err(b.mismatch("shape [..., n]".into(), "shape []".into()));
+    };
+    if len != n {
+        return Err(b.mismatch(format!("shape [..., {n}]"), format!("shape {:?}", b.dims())));
+    }
+    let nnz = match data.dims().split_last() {
+        Some((&nnz, data_batch)) if data_batch.is_empty() || data_batch == batch => nnz,
+        _ => {
+            return Err(data.mismatch(
+                format!("shape [nnz] or [{}nnz]", batch.iter().map(|d| format!("{d}, ")).collect::<String>()),
+                format!("shape {:?}", data.dims()),
+            ))
+        }
+    };
+    indices.expect_dims(&[nnz])?;
+    x.expect_dims(b.dims())?;
+    let systems = crate::memory::product("b's batch", &batch.iter().map(|&d| d as usize).collect::<Vec<_>>())?;
+    let matrices = if data.dims().len() == 1 { 1 } else { systems };
+    // SAFETY: `x` is the only result and aliases no argument.
+    let a = unsafe {
+        CsrBatch {
+            data: data.as_slice(),
+            indices: indices.as_slice(),
+            indptr: indptr.as_slice(),
+            matrices,
+        }
+    };
+    // SAFETY: as above.
+    let (b, x) = unsafe { (b.as_slice(), x.as_mut_slice()) };
+    spsolve::spsolve(&pool, a, b, x, systems)
 }
