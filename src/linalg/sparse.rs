@@ -63,7 +63,8 @@ pub fn csr_times_dense<T: Element, I: SparseIndex>(
     })
 }
 
-fn mismatch(operand: &str, expected: String, got: String) -> Error {
+/// An invalid-argument error: `operand: expected …, got …`.
+pub(super) fn mismatch(operand: &str, expected: String, got: String) -> Error {
     Error::invalid_argument(format!("{operand}: expected {expected}, got {got}"))
 }
 

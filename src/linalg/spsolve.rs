@@ -10,11 +10,11 @@
 //! NaN solution, as scipy's (which warns).
 
 use super::parallel::{for_each_chunk, Pool, SharedMut};
-use super::sparse::SparseIndex;
+use super::sparse::{mismatch, SparseIndex};
 use super::LapackScalar;
 use crate::error::{Error, ErrorCode, Result};
 use crate::memory::{grow, vec_of};
-use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::dyn_stack::{MemBuffer, MemStack, StackReq};
 use faer::sparse::linalg::cholesky::{
     factorize_symbolic_cholesky, LltRef, SymbolicCholesky, SymmetricOrdering,
 };
@@ -250,8 +250,8 @@ impl<'a> Solver<'a> {
             });
             let symbolic = symbolic.as_ref().map_err(Clone::clone)?;
             let mut l = vec_of(symbolic.len_val(), T::ZERO)?;
-            let scratch = symbolic.factorize_numeric_llt_scratch::<T>(Par::Seq, Default::default());
-            let mut buffer = MemBuffer::try_new(scratch).map_err(|_| out_of_memory())?;
+            let request = symbolic.factorize_numeric_llt_scratch::<T>(Par::Seq, Default::default());
+            let mut buffer = scratch(request)?;
             let factored = symbolic.factorize_numeric_llt(
                 &mut l,
                 SparseColMatRef::new(self.structure, &values),
@@ -270,8 +270,8 @@ impl<'a> Solver<'a> {
             factorize_symbolic_lu(self.structure, Default::default()).map_err(faer_error)
         });
         let symbolic = symbolic.as_ref().map_err(Clone::clone)?;
-        let scratch = symbolic.factorize_numeric_lu_scratch::<T>(Par::Seq, Default::default());
-        let mut buffer = MemBuffer::try_new(scratch).map_err(|_| out_of_memory())?;
+        let request = symbolic.factorize_numeric_lu_scratch::<T>(Par::Seq, Default::default());
+        let mut buffer = scratch(request)?;
         let mut lu = NumericLu::new();
         match symbolic.factorize_numeric_lu(
             &mut lu,
@@ -309,10 +309,9 @@ impl<'a> Solver<'a> {
         match factor {
             Factor::Cholesky(l) => {
                 // Hermitian A: the factored Aᵀ is conj(A).
-                let symbolic = self.cholesky.get().and_then(|s| s.as_ref().ok());
-                let symbolic = symbolic.ok_or_else(|| Error::internal("spsolve: no analysis"))?;
-                let scratch = symbolic.solve_in_place_scratch::<T>(count, Par::Seq);
-                let mut buffer = MemBuffer::try_new(scratch).map_err(|_| out_of_memory())?;
+                let symbolic = analysis(&self.cholesky)?;
+                let request = symbolic.solve_in_place_scratch::<T>(count, Par::Seq);
+                let mut buffer = scratch(request)?;
                 LltRef::new(symbolic, l).solve_in_place_with_conj(
                     Conj::Yes,
                     rhs,
@@ -321,10 +320,9 @@ impl<'a> Solver<'a> {
                 );
             }
             Factor::Lu(numeric) => {
-                let symbolic = self.lu.get().and_then(|s| s.as_ref().ok());
-                let symbolic = symbolic.ok_or_else(|| Error::internal("spsolve: no analysis"))?;
-                let scratch = symbolic.solve_transpose_in_place_scratch::<T>(count, Par::Seq);
-                let mut buffer = MemBuffer::try_new(scratch).map_err(|_| out_of_memory())?;
+                let symbolic = analysis(&self.lu)?;
+                let request = symbolic.solve_transpose_in_place_scratch::<T>(count, Par::Seq);
+                let mut buffer = scratch(request)?;
                 LuRef::new_unchecked(symbolic, numeric).solve_transpose_in_place_with_conj(
                     Conj::No,
                     rhs,
@@ -345,24 +343,30 @@ impl<'a> Solver<'a> {
     }
 }
 
-fn mismatch(operand: &str, expected: String, got: String) -> Error {
-    Error::invalid_argument(format!("{operand}: expected {expected}, got {got}"))
+/// faer's scratch, allocated fallibly.
+fn scratch(request: StackReq) -> Result<MemBuffer> {
+    MemBuffer::try_new(request).map_err(|_| {
+        Error::new(
+            ErrorCode::ResourceExhausted,
+            "spsolve: cannot allocate the factorization's scratch",
+        )
+    })
 }
 
-fn out_of_memory() -> Error {
-    Error::new(
-        ErrorCode::ResourceExhausted,
-        "spsolve: cannot allocate the LU's scratch",
-    )
+/// An analysis the factorization made (and succeeded at) before the solve.
+fn analysis<S>(made: &OnceLock<Result<S>>) -> Result<&S> {
+    made.get()
+        .and_then(|analysis| analysis.as_ref().ok())
+        .ok_or_else(|| Error::internal("spsolve: solving before the analysis"))
 }
 
 fn faer_error(error: faer::sparse::FaerError) -> Error {
     match error {
         faer::sparse::FaerError::OutOfMemory => Error::new(
             ErrorCode::ResourceExhausted,
-            "spsolve: cannot allocate the sparse LU",
+            "spsolve: cannot allocate the sparse factorization",
         ),
-        other => Error::internal(format!("spsolve: faer's sparse LU: {other:?}")),
+        other => Error::internal(format!("spsolve: faer: {other:?}")),
     }
 }
 
