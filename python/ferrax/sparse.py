@@ -5,7 +5,8 @@ into scipy and has no batching rule. ``ferrax.sparse.spsolve`` takes the same op
 leading batch dimensions: ``data`` ``[..., nnz]`` (or ``[nnz]``: one matrix for every
 right-hand side, factored once), ``indices`` ``[nnz]`` and ``indptr`` ``[n + 1]`` (one
 sparsity pattern, analysed once), ``b`` ``[..., n]``. On the CPU it is the ``ferrax_spsolve``
-target (faer's sparse LU, the batch across XLA's thread pool); elsewhere one call of jax's
+target (faer's sparse Cholesky for Hermitian positive definite matrices, else its LU; the
+batch across XLA's thread pool); elsewhere one call of jax's
 primitive per system. Differentiable in ``data`` and ``b`` (jax's rules, batched). A singular
 matrix gives a NaN solution, as scipy's.
 

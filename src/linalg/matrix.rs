@@ -121,6 +121,12 @@ impl<T: Copy> Batch<T> {
         }
     }
 
+    /// Whether the matrices have no elements: then their pointer may be null (the C ABI allows
+    /// it), so no slice is made from it.
+    fn matrices_are_empty(&self) -> bool {
+        self.rows == 0 || self.cols == 0
+    }
+
     /// The first element of matrix `b`.
     ///
     /// # Safety
@@ -136,8 +142,7 @@ impl<T: Copy> Batch<T> {
     /// `b < count`; nothing else reads or writes the span while the slice lives.
     #[allow(clippy::mut_from_ref)] // the memory is the caller's, as the view's contract says
     pub unsafe fn matrix_span<'s>(&self, b: usize) -> &'s mut [T] {
-        // An empty matrix's pointer may be null (the C ABI allows it): no slice from it.
-        if self.rows == 0 || self.cols == 0 {
+        if self.matrices_are_empty() {
             return &mut [];
         }
         let span = (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride + 1;
@@ -162,10 +167,10 @@ impl<T: Copy> Batch<T> {
     /// # Safety
     /// `b < count`; nothing writes the matrix meanwhile.
     pub unsafe fn gather(&self, b: usize, dst: &mut [T]) {
-        let (rows, cols) = (self.rows, self.cols);
-        if rows == 0 || cols == 0 {
+        if self.matrices_are_empty() {
             return;
         }
+        let (rows, cols) = (self.rows, self.cols);
         let src = self.matrix(b);
         if self.row_stride == 1 {
             for j in 0..cols {
@@ -185,10 +190,10 @@ impl<T: Copy> Batch<T> {
     /// # Safety
     /// `b < count`; nothing else reads or writes the matrix meanwhile.
     pub unsafe fn scatter(&self, b: usize, src: &[T]) {
-        let (rows, cols) = (self.rows, self.cols);
-        if rows == 0 || cols == 0 {
+        if self.matrices_are_empty() {
             return;
         }
+        let (rows, cols) = (self.rows, self.cols);
         let dst = self.matrix(b);
         if self.row_stride == 1 {
             for j in 0..cols {

@@ -1,7 +1,9 @@
 //! Sparse direct solve `A x = b` for square CSR matrices (jax's `spsolve`, which stock jax runs
-//! on the CPU as a Python callback into scipy): faer's sparse LU (COLAMD column ordering, partial
-//! pivoting, supernodal or simplicial by its own flop estimate). The CSR arrays of `A` are the
-//! CSC arrays of `Aᵀ`, so `Aᵀ` is factored and its transpose solve gives `x`: no transposed copy.
+//! on the CPU as a Python callback into scipy): faer's sparse Cholesky (AMD ordering) where the
+//! matrix is Hermitian with a positive diagonal and that succeeds, else its sparse LU (COLAMD
+//! column ordering, partial pivoting); each supernodal or simplicial by faer's own flop estimate.
+//! The CSR arrays of `A` are the CSC arrays of `Aᵀ`, so `Aᵀ` is factored and its transpose solve
+//! gives `x`: no transposed copy.
 //!
 //! One sparsity pattern serves the whole batch (what `vmap` over the values gives): it is
 //! checked, sorted and its duplicates summed once (as scipy sums them), and analysed once; each
@@ -29,7 +31,7 @@ use std::sync::OnceLock;
 const INDICES: &str = "operand 1 'indices'";
 const INDPTR: &str = "operand 2 'indptr'";
 
-/// The scalars faer's sparse LU takes: f32, f64, c64, c128.
+/// The scalars faer's sparse factorizations take: f32, f64, c64, c128.
 pub trait SparseScalar: LapackScalar + faer::traits::ComplexField {}
 impl<T: LapackScalar + faer::traits::ComplexField> SparseScalar for T {}
 
@@ -77,7 +79,7 @@ pub fn spsolve<T: SparseScalar, I: SparseIndex>(
     if systems == 0 || n == 0 {
         return Ok(());
     }
-    let solver = Solver::new(&pattern, n)?;
+    let solver = Solver::new(&pattern)?;
     // A factorization costs far more than its entries; this only decides how to split.
     let flops_per_solve = 4 * pattern.row_idx.len() + n;
     let x = SharedMut(x.as_mut_ptr());
@@ -171,17 +173,22 @@ impl Pattern {
         })
     }
 
-    fn structure(&self, n: usize) -> SymbolicSparseColMatRef<'_, usize> {
+    /// The matrices' order.
+    fn n(&self) -> usize {
+        self.col_ptr.len() - 1
+    }
+
+    fn structure(&self) -> SymbolicSparseColMatRef<'_, usize> {
+        let n = self.n();
         SymbolicSparseColMatRef::new_checked(n, n, &self.col_ptr, None, &self.row_idx)
     }
 
     /// Where the pattern is symmetric, each entry's mirror image's position: walking the
     /// columns in order meets each column's mirrored entries in its own (ascending) order.
     fn mirror(&self) -> Result<Option<Vec<usize>>> {
-        let n = self.col_ptr.len() - 1;
-        let mut next = self.col_ptr[..n].to_vec();
+        let mut next = self.col_ptr[..self.n()].to_vec();
         let mut mirror = vec_of(self.row_idx.len(), 0usize)?;
-        for j in 0..n {
+        for j in 0..self.n() {
             let column = self.col_ptr[j]..self.col_ptr[j + 1];
             for (p, &i) in column.clone().zip(&self.row_idx[column]) {
                 let q = next[i];
@@ -201,7 +208,6 @@ impl Pattern {
 struct Solver<'a> {
     pattern: &'a Pattern,
     structure: SymbolicSparseColMatRef<'a, usize>,
-    n: usize,
     /// Where the pattern is symmetric: for each value, the position of its mirror image.
     mirror: Option<Vec<usize>>,
     cholesky: OnceLock<Result<SymbolicCholesky<usize>>>,
@@ -219,11 +225,10 @@ enum Factor<T> {
 }
 
 impl<'a> Solver<'a> {
-    fn new(pattern: &'a Pattern, n: usize) -> Result<Self> {
+    fn new(pattern: &'a Pattern) -> Result<Self> {
         Ok(Self {
             pattern,
-            structure: pattern.structure(n),
-            n,
+            structure: pattern.structure(),
             mirror: pattern.mirror()?,
             cholesky: OnceLock::new(),
             lu: OnceLock::new(),
@@ -292,7 +297,7 @@ impl<'a> Solver<'a> {
             return false;
         };
         let (col_ptr, row_idx) = (&self.pattern.col_ptr, &self.pattern.row_idx);
-        (0..self.n).all(|j| {
+        (0..self.pattern.n()).all(|j| {
             (col_ptr[j]..col_ptr[j + 1]).all(|p| {
                 let (v, w) = (values[p], values[mirror[p]]);
                 let diagonal = row_idx[p] == j;
@@ -304,7 +309,7 @@ impl<'a> Solver<'a> {
     /// Solves `A x = rhs` in place for `count` right-hand sides (`x` `[count, n]` row-major,
     /// i.e. `n × count` column-major); a system whose solution is not finite becomes NaN.
     fn solve<T: SparseScalar>(&self, factor: &Factor<T>, x: &mut [T], count: usize) -> Result<()> {
-        let n = self.n;
+        let n = self.pattern.n();
         let rhs = MatMut::from_column_major_slice_mut(&mut *x, n, count);
         match factor {
             Factor::Cholesky(l) => {
@@ -446,7 +451,7 @@ mod tests {
         rows.extend([c(2.0, 0.0), c(0.0, 0.0)]);
         let (indptr, b) = (INDPTR, [c(5.0, 1.0), c(1.0, 4.0), c(4.0, 0.0)]);
         let pattern = Pattern::new(&indptr, &INDICES).unwrap();
-        let solver = Solver::new(&pattern, 3).unwrap();
+        let solver = Solver::new(&pattern).unwrap();
         assert!(matches!(solver.factor(&rows).unwrap(), Factor::Cholesky(_)));
         let x: Vec<Complex<f64>> = solve(&rows, &indptr, &b, 1).unwrap();
         let expected = [c(1.0, 0.0), c(0.0, 1.0), c(2.0, 0.0)];

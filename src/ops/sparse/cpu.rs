@@ -20,8 +20,8 @@ ffi_handlers! {
         body = csr_sparse_dense_cpu;
     }
 
-    /// Sparse direct solve on the host (faer's sparse LU), the batch's matrices split across
-    /// XLA's thread pool.
+    /// Sparse direct solve on the host (faer's sparse Cholesky or LU), the batch's matrices
+    /// split across XLA's thread pool.
     pub fn ferrax_cpu_spsolve(SPSOLVE, Cpu) {
         ctx pool: ThreadPool;
         arg data: Buffer;
