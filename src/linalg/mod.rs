@@ -7,6 +7,7 @@ pub mod flags;
 pub mod matrix;
 pub mod parallel;
 
+pub mod coo;
 pub mod eig;
 pub mod eigh;
 pub mod getrf;

@@ -170,20 +170,30 @@ impl<T: Element, I: SparseIndex> Csr<'_, T, I> {
 pub trait Element: NativeType + Default {
     /// Flops of one `add_product`, to size thread-pool tasks.
     const FLOPS: usize;
-    /// `self + a * b`; integers wrap, as jaxlib's C++ does in practice.
-    fn add_product(self, a: Self, b: Self) -> Self;
+    /// `self + b`; integers wrap, as jaxlib's C++ does in practice.
+    fn plus(self, b: Self) -> Self;
+    /// `self * b`; integers wrap.
+    fn times(self, b: Self) -> Self;
+    /// `self + a * b`, rounded twice (no fused multiply-add, as Eigen's vectorized product).
+    fn add_product(self, a: Self, b: Self) -> Self {
+        self.plus(a.times(b))
+    }
     /// `1 * self` as Eigen computes it (its product scales every entry by alpha = 1): the
     /// identity, except that a complex infinity gets NaN parts (`0 * inf`), as in stock jax.
     fn times_one(self) -> Self;
 }
 
 macro_rules! element {
-    ($flops:expr, |$acc:ident, $a:ident, $b:ident| $sum:expr, |$x:ident| $one:expr, $($t:ty),*) => {$(
+    ($flops:expr, |$a:ident, $b:ident| $plus:expr, $times:expr, |$x:ident| $one:expr, $($t:ty),*) => {$(
         impl Element for $t {
             const FLOPS: usize = $flops;
-            fn add_product(self, $a: Self, $b: Self) -> Self {
-                let $acc = self;
-                $sum
+            fn plus(self, $b: Self) -> Self {
+                let $a = self;
+                $plus
+            }
+            fn times(self, $b: Self) -> Self {
+                let $a = self;
+                $times
             }
             fn times_one(self) -> Self {
                 let $x = self;
@@ -194,16 +204,17 @@ macro_rules! element {
 }
 element!(
     2,
-    |acc, a, b| acc.wrapping_add(a.wrapping_mul(b)),
+    |a, b| a.wrapping_add(b),
+    a.wrapping_mul(b),
     |x| x,
     i32,
     i64
 );
-// Plain multiply then add (no fused multiply-add), as Eigen's vectorized product.
-element!(2, |acc, a, b| acc + a * b, |x| x, f32, f64);
+element!(2, |a, b| a + b, a * b, |x| x, f32, f64);
 element!(
     8,
-    |acc, a, b| acc + a * b,
+    |a, b| a + b,
+    a * b,
     |x| Complex::new(1.0, 0.0) * x,
     Complex<f32>,
     Complex<f64>
@@ -213,16 +224,26 @@ element!(
 pub trait SparseIndex: NativeType + std::fmt::Display {
     /// The value as an index, or `None` when negative.
     fn to_usize(self) -> Option<usize>;
+    /// The value as an index into `0..len` by jax's rule for indexing (a negative index counts
+    /// from the end, once), or `None` where it falls outside.
+    fn wrapped(self, len: usize) -> Option<usize>;
 }
 
-impl SparseIndex for i32 {
-    fn to_usize(self) -> Option<usize> {
-        usize::try_from(self).ok()
-    }
+macro_rules! sparse_index {
+    ($($t:ty),*) => {$(
+        impl SparseIndex for $t {
+            fn to_usize(self) -> Option<usize> {
+                usize::try_from(self).ok()
+            }
+            #[inline(always)]
+            fn wrapped(self, len: usize) -> Option<usize> {
+                // Without branches on the index: a select and one unsigned compare (`len` is at
+                // most isize::MAX, an array's length; `self + len` below zero wraps above it).
+                let index = self as i64;
+                let index = if index < 0 { index.wrapping_add(len as i64) } else { index };
+                ((index as u64) < len as u64).then_some(index as usize)
+            }
+        }
+    )*};
 }
-
-impl SparseIndex for i64 {
-    fn to_usize(self) -> Option<usize> {
-        usize::try_from(self).ok()
-    }
-}
+sparse_index!(i32, i64);

@@ -1,9 +1,10 @@
-//! The CPU handlers of the sparse targets: [`crate::linalg::sparse`] and
-//! [`crate::linalg::spsolve`] on XLA's arrays and thread pool.
+//! The CPU handlers of the sparse targets: [`crate::linalg::sparse`], [`crate::linalg::coo`]
+//! and [`crate::linalg::spsolve`] on XLA's arrays and thread pool.
 
-use super::{CSR_SPARSE_DENSE, SPSOLVE};
+use super::{COO_SPARSE_DENSE, CSR_SPARSE_DENSE, SPSOLVE};
 use crate::ffi::{Array, Buffer, DataType, Result, ThreadPool};
 use crate::ffi_handlers;
+use crate::linalg::coo::{self, Coo};
 use crate::linalg::sparse::{self, Csr, Element, SparseIndex};
 use crate::linalg::spsolve::{self, CsrBatch, SparseScalar};
 use num_complex::Complex;
@@ -18,6 +19,19 @@ ffi_handlers! {
         arg rhs: Buffer;
         ret out: Buffer;
         body = csr_sparse_dense_cpu;
+    }
+
+    /// COO times dense on the host, the entries split across XLA's thread pool.
+    pub fn ferrax_cpu_coo_sparse_dense(COO_SPARSE_DENSE, Cpu) {
+        ctx pool: ThreadPool;
+        arg data: Buffer;
+        arg indices: Buffer;
+        arg rhs: Buffer;
+        ret out: Buffer;
+        attr rows: i64;
+        attr cols: i64;
+        attr transpose: bool;
+        body = coo_sparse_dense_cpu;
     }
 
     /// Sparse direct solve on the host (faer's sparse Cholesky or LU), the batch's matrices
@@ -133,6 +147,105 @@ fn multiply<T: Element, I: SparseIndex>(
     // SAFETY: as above.
     let (rhs, out) = unsafe { (rhs.as_slice(), out.as_mut_slice()) };
     sparse::csr_times_dense(&pool, csr, rhs, n, out)
+}
+
+/// `coo_sparse_dense`'s operands, untyped: six element types and two index types, dispatched
+/// below; `shape` is the sparse matrix's.
+#[derive(Clone, Copy)]
+struct CooOperands<'a> {
+    data: Buffer<'a>,
+    indices: Buffer<'a>,
+    rhs: Buffer<'a>,
+    out: Buffer<'a>,
+    shape: [usize; 2],
+    transpose: bool,
+}
+
+#[allow(clippy::too_many_arguments)] // the handler's operands and attributes, as declared
+fn coo_sparse_dense_cpu<'a>(
+    pool: ThreadPool<'_>,
+    data: Buffer<'a>,
+    indices: Buffer<'a>,
+    rhs: Buffer<'a>,
+    out: Buffer<'a>,
+    rows: i64,
+    cols: i64,
+    transpose: bool,
+) -> Result<()> {
+    let shape = [rows, cols].map(usize::try_from);
+    let [Ok(rows), Ok(cols)] = shape else {
+        return Err(crate::error::Error::invalid_argument(format!(
+            "{}: attributes rows and cols: expected sizes of at least 0, got {rows} and {cols}",
+            COO_SPARSE_DENSE.to_string_lossy()
+        )));
+    };
+    let ops = CooOperands {
+        data,
+        indices,
+        rhs,
+        out,
+        shape: [rows, cols],
+        transpose,
+    };
+    match data.dtype() {
+        DataType::S32 => coo_by_index::<i32>(pool, ops),
+        DataType::S64 => coo_by_index::<i64>(pool, ops),
+        DataType::F32 => coo_by_index::<f32>(pool, ops),
+        DataType::F64 => coo_by_index::<f64>(pool, ops),
+        DataType::C64 => coo_by_index::<Complex<f32>>(pool, ops),
+        DataType::C128 => coo_by_index::<Complex<f64>>(pool, ops),
+        other => Err(data.mismatch(
+            "dtype s32, s64, f32, f64, c64 or c128".into(),
+            other.to_string(),
+        )),
+    }
+}
+
+fn coo_by_index<T: Element>(pool: ThreadPool<'_>, ops: CooOperands<'_>) -> Result<()> {
+    match ops.indices.dtype() {
+        DataType::S32 => coo_multiply::<T, i32>(pool, ops),
+        DataType::S64 => coo_multiply::<T, i64>(pool, ops),
+        other => Err(ops
+            .indices
+            .mismatch("dtype s32 or s64".into(), other.to_string())),
+    }
+}
+
+/// Checks the shapes (module docs) and multiplies.
+fn coo_multiply<T: Element, I: SparseIndex>(pool: ThreadPool<'_>, ops: CooOperands<'_>) -> Result<()> {
+    let (data, indices) = (Array::<T>::new(ops.data)?, Array::<I>::new(ops.indices)?);
+    let (rhs, out) = (Array::<T>::new(ops.rhs)?, Array::<T>::new(ops.out)?);
+    let nnz = match data.dims() {
+        &[nnz] => nnz,
+        dims => return Err(data.mismatch("shape [nnz]".into(), format!("shape {dims:?}"))),
+    };
+    indices.expect_dims(&[nnz, 2])?;
+    let [rows, cols] = ops.shape;
+    let (m, k) = if ops.transpose { (cols, rows) } else { (rows, cols) };
+    let (m, k) = (m as i64, k as i64);
+    let (n, out_dims) = match *rhs.dims() {
+        [len] if len == k => (1, vec![m]),
+        [len, n] if len == k => (n as usize, vec![m, n]),
+        _ => {
+            return Err(rhs.mismatch(
+                format!("shape [{k}] or [{k}, n] (rows {rows}, cols {cols}, transpose {})", ops.transpose),
+                format!("shape {:?}", rhs.dims()),
+            ))
+        }
+    };
+    out.expect_dims(&out_dims)?;
+    // SAFETY: `out` is the only result and aliases no argument.
+    let a = unsafe {
+        Coo {
+            data: data.as_slice(),
+            indices: indices.as_slice(),
+            rows,
+            cols,
+        }
+    };
+    // SAFETY: as above.
+    let (rhs, out) = unsafe { (rhs.as_slice(), out.as_mut_slice()) };
+    coo::coo_times_dense(&pool, a, ops.transpose, rhs, n, out)
 }
 
 /// `spsolve`'s operands, untyped: four element types and two index types, dispatched below.
