@@ -47,6 +47,7 @@ from jax._src.interpreters import batching, mlir
 from jax._src.lax import linalg as lax_linalg
 from jax._src.random import threefry2x32 as jax_threefry
 from jax.experimental import rnn as jax_rnn
+from jax.experimental.sparse import bcoo as jax_bcoo
 from jax.experimental.sparse import linalg as jax_sparse_linalg
 # Imported here rather than on install: importing it registers jax's own sparse lowering rules,
 # which must already be in place when install() saves the rules it replaces.
@@ -122,6 +123,27 @@ def _without_dropout(ctx, *, dropout, **_):
     return float(dropout) == 0.0
 
 
+#: The element and index dtypes of ferrax_coo_sparse_dense.
+_COO_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128,
+                                     np.int32, np.int64)}
+_COO_INDEX_DTYPES = {np.dtype(np.int32), np.dtype(np.int64)}
+
+
+def _plain_bcoo(ctx, *, dimension_numbers, lhs_spinfo, **_):
+    """A BCOO dot_general that ferrax_coo_sparse_dense computes: a static 2-D sparse matrix
+    without batch or dense dimensions, one contracted dimension, a vector or matrix rhs, one
+    dtype throughout."""
+    (lhs_contract, _), (lhs_batch, _) = dimension_numbers
+    data, indices, rhs = ctx.avals_in
+    out, = ctx.avals_out
+    return (data.ndim == 1 and indices.shape[1:] == (2,) and len(lhs_spinfo.shape) == 2
+            and not lhs_batch and len(lhs_contract) == 1 and rhs.ndim in (1, 2)
+            and all(core.is_constant_shape(s) for s in (data.shape, indices.shape, rhs.shape,
+                                                       lhs_spinfo.shape))
+            and data.dtype == rhs.dtype == out.dtype and np.dtype(data.dtype) in _COO_DTYPES
+            and np.dtype(indices.dtype) in _COO_INDEX_DTYPES)
+
+
 def _threefry_kernel_asked(ctx):
     # As jax's GPU rule: a kernel only when asked for, else XLA's fused arithmetic, which is
     # faster than any kernel reading materialized counters. (jax.random.bits also stays fused:
@@ -173,6 +195,8 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cpu", jax_threefry.threefry2x32_p, ALWAYS, R.threefry2x32),
     Route("cpu", S.csr_spmv_p, ALWAYS, R.csr_spmm),
     Route("cpu", S.csr_spmm_p, ALWAYS, R.csr_spmm),
+    # BCOO products: XLA's gather and scatter-add in jax's rule, one serial pass.
+    Route("cpu", jax_bcoo.bcoo_dot_general_p, _plain_bcoo, R.bcoo_dot_general),
     # jax's spsolve: a Python callback into scipy on the CPU.
     Route("cpu", jax_sparse_linalg.spsolve_p, ALWAYS, sparse.cpu_lowering),
     # jax.experimental.rnn's LSTM, which jaxlib lowers on GPUs only, and ferrax.rnn's cells.

@@ -124,6 +124,21 @@ def csr_spmm(ctx, data, outer_indices, inner_indices, rhs):
                                                           inner_indices, rhs)
 
 
+def bcoo_dot_general(ctx, data, indices, rhs, *, dimension_numbers, lhs_spinfo, **_):
+    """jax's BCOO dot_general of a plain sparse matrix (the routing table's condition) as one
+    ferrax_coo_sparse_dense call, where jax's rule has XLA gather rhs's rows, multiply and
+    scatter-add them, one serial pass. A rhs contracted on its second dimension is handed over
+    transposed, as jax's GPU rule does."""
+    (lhs_contract, rhs_contract), _ = dimension_numbers
+    data_aval, indices_aval, rhs_aval = ctx.avals_in
+    if rhs_aval.ndim == 2 and rhs_contract[0] == 1:
+        rhs, rhs_aval = _transposed(rhs, rhs_aval)
+    rows, cols = lhs_spinfo.shape
+    rule = jax_ffi.ffi_lowering(_targets.COO_SPARSE_DENSE)
+    return rule(ctx.replace(avals_in=[data_aval, indices_aval, rhs_aval]), data, indices, rhs,
+                rows=np.int64(rows), cols=np.int64(cols), transpose=lhs_contract[0] == 0)
+
+
 def _threefry2x32(key0, key1, x0, x1):
     return list(random.threefry2x32(key0, key1, x0, x1))
 

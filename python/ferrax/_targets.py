@@ -64,6 +64,8 @@ GTSV = _target("ferrax_gtsv", "cpu")
 # Targets jax's rules name outright, which ferrax's rules name instead.
 TRIDIAGONAL_SOLVE_PERTURBED = _target("ferrax_tridiagonal_solve_perturbed", "cpu")
 CSR_SPARSE_DENSE = _target("ferrax_csr_sparse_dense", "cpu")
+# Targets for jax rules that call no kernel (XLA ops), which ferrax's rules call instead.
+COO_SPARSE_DENSE = _target("ferrax_coo_sparse_dense", "cpu")
 SPSOLVE = _target("ferrax_spsolve", "cpu")
 
 #: The largest order ``ferrax_cholesky`` takes on CUDA (its fused kernels); past it the
