@@ -82,6 +82,25 @@ def interleaved_ms(fns, arg, repeats):
     return [statistics.median(samples) * 1e3 for samples in times]
 
 
+def ratio_bars(path, labels, ratios, title, figsize=(7, 4)):
+    """A bar per case of stock time / installed time (the line at 1: as fast), saved to
+    ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=figsize)
+    ax.bar(range(len(ratios)), ratios, width=0.6)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(ratios)), labels, rotation=35, ha="right", fontsize=7)
+    ax.set_title(title)
+    fig.suptitle(f"CPU, {len(os.sched_getaffinity(0))} cores, jax {jax.__version__}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def measure(op, dtype, n, repeats, rng):
     batch = max(1, BATCH_BYTES // (n * n * np.dtype(dtype).itemsize))
     a = operand(rng, op, dtype, batch, n)

@@ -31,7 +31,7 @@ import ferrax
 
 jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from cpu_linalg import interleaved_ms  # noqa: E402
+from cpu_linalg import interleaved_ms, ratio_bars  # noqa: E402
 
 # (grid side k, systems, what varies across the systems)
 CASES = [(100, 1, "-"), (316, 1, "-"), (100, 1, "convection"), (316, 1, "convection"),
@@ -94,22 +94,9 @@ def label(r):
 
 
 def plot(results, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ratios = [r["stock_ms"] / r["ferrax_ms"] for r in results]
-    ax.bar(range(len(results)), ratios, width=0.6)
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xticks(range(len(results)), [label(r) for r in results], rotation=30, ha="right",
-                  fontsize=8)
-    ax.set_title("spsolve (2-D Laplacian, f64): stock jax time / installed time")
-    fig.suptitle(f"CPU, {len(os.sched_getaffinity(0))} cores, jax {jax.__version__}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    ratio_bars(path, [label(r) for r in results],
+               [r["stock_ms"] / r["ferrax_ms"] for r in results],
+               "spsolve (2-D Laplacian, f64): stock jax time / installed time")
 
 
 def main(argv=None):

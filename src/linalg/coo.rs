@@ -34,6 +34,9 @@ pub struct Coo<'a, T, I> {
     pub cols: usize,
 }
 
+/// Row ranges per thread of the pool.
+const RANGES_PER_THREAD: usize = 4;
+
 /// Entries a task adds between looks at whether any task met a row outside its range.
 const STRAY_CHECK_ENTRIES: usize = 1 << 14;
 
@@ -80,25 +83,31 @@ pub fn coo_times_dense<T: Element, I: SparseIndex>(
     };
     let entries = a.data.len();
     let work = entries.saturating_mul(n).saturating_mul(T::FLOPS);
-    let tasks = pool
+    let threads = pool
         .threads()
         .min(work / MIN_FLOPS_PER_TASK)
         .clamp(1, entries.max(1));
-    if tasks == 1 {
+    if threads == 1 {
         product.serial(out);
         return Ok(());
     }
+    // Several row ranges per thread: a thread that starts late (XLA's pool wakes its threads
+    // on demand) then takes fewer of them, rather than the caller doing its share too.
+    let tasks = (threads * RANGES_PER_THREAD).min(entries);
     let chunk = entries.div_ceil(tasks);
-    let task_entries = |t: usize| t * chunk..((t + 1) * chunk).min(entries);
+    let task_entries = |t: usize| (t * chunk).min(entries)..((t + 1) * chunk).min(entries);
     let rows: Vec<Option<(usize, usize)>> = (0..tasks)
         .map(|t| product.first_and_last_row(task_entries(t)))
         .collect();
     if ordered(&rows) && product.by_row_ranges(pool, &rows, &task_entries, out)? {
         return Ok(());
     }
-    if tasks.saturating_mul(m) <= entries {
-        if let Ok(copies) = vec_of(tasks * m * n, T::default()) {
-            return product.by_copies(pool, copies, &task_entries, out);
+    // One copy of `out` per thread.
+    if threads.saturating_mul(m) <= entries {
+        if let Ok(copies) = vec_of(threads * m * n, T::default()) {
+            let chunk = entries.div_ceil(threads);
+            let thread_entries = |t: usize| t * chunk..((t + 1) * chunk).min(entries);
+            return product.by_copies(pool, copies, &thread_entries, out);
         }
     }
     product.serial(out);
@@ -186,11 +195,22 @@ impl<T: Element, I: SparseIndex> Product<'_, T, I> {
     ) {
         let n = self.n;
         if n == 1 {
+            // A run of entries in one row sums in a register, and is added to its row once.
+            let (mut run, mut sum) = (None, T::default());
             for (r, c, value) in self.entries(entries) {
-                let row = row(r);
-                // SAFETY: `c < k` (`entries`) and `rhs` has `k` elements; the row as the
-                // caller promises.
-                unsafe { *row = (*row).add_product(value, *self.rhs.get_unchecked(c)) };
+                if run != Some(r) {
+                    if let Some(run) = run {
+                        // SAFETY: as the caller promises.
+                        unsafe { *row(run) = (*row(run)).plus(sum) };
+                    }
+                    (run, sum) = (Some(r), T::default());
+                }
+                // SAFETY: `c < k` (`entries`) and `rhs` has `k` elements.
+                sum = sum.add_product(value, unsafe { *self.rhs.get_unchecked(c) });
+            }
+            if let Some(run) = run {
+                // SAFETY: as the caller promises.
+                unsafe { *row(run) = (*row(run)).plus(sum) };
             }
             return;
         }
