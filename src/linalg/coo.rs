@@ -13,9 +13,9 @@
 //! dense, give), each task owns the rows strictly between its first and last and adds into them
 //! in `out` directly; its first and last rows it sums apart, and they are added in task order
 //! afterwards. A task that meets a row outside its range after all (unsorted entries) says so,
-//! and the product is done again the other way: each task sums into its own copy of `out`, and
-//! the copies are added row by row, where they cost no more memory than the entries; else in
-//! one pass.
+//! and the product is done again the other way: each thread sums into its own copy of `out`,
+//! and the copies are added element by element, where they cost no more memory than the
+//! entries; else in one pass.
 
 use super::parallel::{parallel_chunks, parallel_for, Pool, SharedMut, MIN_FLOPS_PER_TASK};
 use super::sparse::{Element, SparseIndex};
@@ -227,7 +227,7 @@ impl<T: Element, I: SparseIndex> Product<'_, T, I> {
     fn serial(&self, out: &mut [T]) {
         out.fill(T::default());
         let out = out.as_mut_ptr();
-        // SAFETY: rows of `out`, within its `m * n` elements (`entry` keeps rows below `m`).
+        // SAFETY: rows of `out`, within its `m * n` elements (`entries` keeps rows below `m`).
         unsafe { self.accumulate(0..self.a.data.len(), |r| out.add(r * self.n)) }
     }
 
@@ -314,8 +314,8 @@ impl<T: Element, I: SparseIndex> Product<'_, T, I> {
         Ok(true)
     }
 
-    /// Each task sums into its own copy of `out` (in `copies`, zeroed); the copies are then
-    /// added element by element.
+    /// Task `t` sums into copy `t` of `out` (in `copies`, zeroed: one per thread); the copies
+    /// are then added element by element.
     fn by_copies(
         &self,
         pool: &dyn Pool,
