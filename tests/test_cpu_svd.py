@@ -243,3 +243,90 @@ def test_batch_split_across_threads_matches_stock(stock_per_output, dtype):
     ferrax.install()
     got = jax.tree.map(np.asarray, jax.jit(all_modes)(a))
     assert_same(expected, got, dtype)
+
+
+# --- batches of small matrices: one-sided Jacobi in SIMD lanes --------------------------------
+
+#: The largest order each dtype decomposes by Jacobi (`Svd::JACOBI_MAX` in src/linalg/svd.rs).
+JACOBI_MAX = {np.float32: 32, np.complex64: 24, np.float64: 24, np.complex128: 12}
+
+
+def jacobi_shapes(dtype):
+    top = JACOBI_MAX[dtype]
+    return [(1, 1), (2, 2), (8, 8), (top, top), (top, top - 5), (top - 7, top), (9, 4), (3, 7)]
+
+
+def assert_valid_svd(a, u, s, vt, dtype, reference_s, err_msg=""):
+    """``a = U·diag(s)·Vᴴ``, ``U`` and ``V`` with orthonormal columns, ``s`` descending and equal
+    to LAPACK's (numpy's) to ``30·k·ε·‖A‖``, the accuracy the issue asks of every path."""
+    k = s.shape[-1]
+    eps = np.finfo(dtype).eps
+    norm = np.linalg.norm(a.astype(np.complex128), axis=(-2, -1))[..., None]
+    bound = 30 * max(k, 1) * eps * np.maximum(norm, np.finfo(dtype).tiny)
+    assert np.all(np.diff(s, axis=-1) <= 0) and np.all(s >= 0), err_msg
+    assert np.all(np.abs(s - reference_s) <= bound), (err_msg, np.abs(s - reference_s).max())
+    if u is None:
+        return
+    rebuilt = (u[..., :, :k] * s[..., None, :]) @ vt[..., :k, :]
+    assert np.all(np.abs(rebuilt - a).max(axis=(-2, -1)) <= bound[..., 0]), err_msg
+    for q in (u, np.conj(np.swapaxes(vt, -1, -2))):
+        eye = np.eye(q.shape[-1])
+        gram = np.conj(np.swapaxes(q, -1, -2)) @ q
+        assert np.abs(gram - eye).max() <= 30 * max(k, 1) * eps, err_msg
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_small_batches_take_jacobi_and_match_lapack(installed, dtype):
+    # 19 matrices: two groups of 8 lanes (split across threads where the work allows) and 3
+    # left to ?gesdd.
+    for shape in jacobi_shapes(dtype):
+        a = random_matrix((19,) + shape, dtype)
+        reference = np.linalg.svd(a.astype(np.complex128), compute_uv=False)
+        (u, s, vt), (ur, sr, vtr), values = jax.tree.map(np.asarray, jax.jit(all_modes)(a))
+        where = f"{shape} {np.dtype(dtype).name}"
+        assert_valid_svd(a, u, s, vt, dtype, reference, where + " full")
+        assert_valid_svd(a, ur, sr, vtr, dtype, reference, where + " reduced")
+        assert_valid_svd(a, None, values, None, dtype, reference, where + " values")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_small_batch_vectors_match_lapack_up_to_phase(installed, dtype):
+    # Distinct singular values (random matrices, almost surely well separated): each singular
+    # vector is LAPACK's up to a unit factor: u_j = phase_j·ru_j, and then vᴴ_j = conj(phase_j)·rvᴴ_j.
+    n = min(8, JACOBI_MAX[dtype])
+    a = random_matrix((8, n, n), dtype)
+    u, s, vt = map(np.asarray, jax.jit(jnp.linalg.svd)(a))
+    ru, rs, rvt = np.linalg.svd(a)
+    gaps = np.min(-np.diff(rs, axis=-1) / rs[..., :1], axis=-1)
+    keep = gaps > 1e-2  # vectors of close values are ill-conditioned
+    phase = np.sum(np.conj(ru) * u, axis=-2)  # u_j = phase_j · ru_j
+    tol = 1e3 * np.finfo(dtype).eps * n
+    np.testing.assert_allclose(np.abs(phase[keep]), 1, atol=tol)
+    np.testing.assert_allclose(u[keep], (ru * phase[:, None, :])[keep], atol=tol)
+    np.testing.assert_allclose(vt[keep], (rvt * np.conj(phase)[:, :, None])[keep], atol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_small_batch_special_inputs(installed, dtype):
+    # special_inputs' rank-deficient, ill-conditioned, equal-column and NaN matrices plus Inf,
+    # zero, tiny and huge ones, in one batch of 16 (two groups of lanes).
+    a = np.concatenate([special_inputs(dtype), random_matrix((11, 5, 4), dtype)])
+    a[5, 0, 3] = np.inf
+    a[6] = 0
+    a[7] *= np.finfo(dtype).tiny * 2**20  # squares underflow; no subnormals (XLA flushes them)
+    a[8] *= np.finfo(dtype).max / 16
+    a[9] = a[9] * np.logspace(0, -6 if np.finfo(dtype).bits < 64 else -12, 4)  # graded columns
+    (u, s, vt), (ur, sr, vtr), values = jax.tree.map(np.asarray, jax.jit(all_modes)(a))
+    bad = [3, 5]
+    for x in (u, s, vt, ur, sr, vtr, values):
+        assert np.isnan(x[bad]).all()
+        assert not np.isnan(np.delete(x, bad, axis=0)).any()
+    good = [i for i in range(16) if i not in bad]
+    # Scaled to a largest element of 1 first (in c128): numpy's reference would overflow or
+    # underflow for the huge and tiny matrices.
+    scale = np.abs(a[good]).astype(np.float64).max(axis=(-2, -1), keepdims=True)
+    scale[scale == 0] = 1
+    unit = a[good].astype(np.complex128) / scale
+    reference = np.linalg.svd(unit, compute_uv=False)
+    assert_valid_svd(unit, u[good], s[good] / scale[..., 0], vt[good], dtype, reference)
+    np.testing.assert_array_equal(s[6], 0)

@@ -171,7 +171,11 @@ macro_rules! real {
             fn sqrt(self) -> Self {
                 #[cfg(target_arch = "nvptx64")]
                 return core::$t::math::sqrt(self);
-                #[cfg(not(target_arch = "nvptx64"))]
+                // The instruction (correctly rounded, as libm's), which vectorizes; libm's is a
+                // call, much slower where it is not the instruction.
+                #[cfg(all(not(target_arch = "nvptx64"), feature = "std"))]
+                return std::primitive::$t::sqrt(self);
+                #[cfg(all(not(target_arch = "nvptx64"), not(feature = "std")))]
                 return $sqrt(self);
             }
             #[inline(always)]

@@ -1087,6 +1087,7 @@ pub fn cholesky_launch(
 }
 
 pub mod eigh;
+pub mod jacobi;
 pub mod qr;
 mod sequential;
 pub mod simd;

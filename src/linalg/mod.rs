@@ -22,6 +22,7 @@ pub mod svd;
 pub mod tridiagonal;
 pub mod tridiagonal_solve;
 pub mod trsm;
+pub mod vector_unit;
 
 use crate::error::{Error, Result};
 use crate::ffi::NativeType;

@@ -2,7 +2,7 @@
 //! arithmetic ([`ferrax_kernels::rnn::Cell`], which the GPU's step kernels share) in loops over
 //! the row that vectorize (gate blocks as exact-length slices, no bounds checks).
 
-use super::simd_dispatch;
+use crate::linalg::vector_unit::simd_dispatch;
 use ferrax_kernels::rnn::{Activation, Cell};
 
 /// The first `count` blocks of `n` values of `values`, each exactly `n` long; the others
