@@ -410,10 +410,11 @@ pub enum Routine<T: Svd> {
 /// The scalars [`svd`] takes: `?gesdd` and `?gesvd` for each (the real routines have no
 /// `rwork`, the complex ones do).
 pub trait Svd: LapackScalar {
-    /// The largest order at which one-sided Jacobi in SIMD lanes beats `?gesdd` on batches:
-    /// measured with `benches/cpu_linalg.py --ops svd` (2 cores, AVX2; against 2 cores of
-    /// `?gesdd`, Jacobi is 1.2× at 32 in f32, 1.2× (c64) and 1.1× (f64) at 24 and 0.8× at 32, 1.3×
-    /// at 12 and 0.8× at 16 in c128: its complex rotations cost about four real ones).
+    /// The largest order at which one-sided Jacobi in SIMD lanes beats `?gesdd` on batches,
+    /// measured with `benches/cpu_linalg.py --ops svd` (2 cores, AVX2, against stock jax's
+    /// serial loop; ferrax's `?gesdd` path is about 1.9× there): Jacobi 2.6× (f32) and 2.0×
+    /// (c64, f64) at 24, 1.8× (f32) and 1.45× (c64, f64) at 32; in c128 2.2× at 12 and 1.6× at
+    /// 16 (its complex rotations cost about four real ones).
     const JACOBI_MAX: usize;
     type Gesdd: Copy + Send + Sync;
     type Gesvd: Copy + Send + Sync;

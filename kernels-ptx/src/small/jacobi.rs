@@ -263,33 +263,36 @@ impl<'s, T: Scalar> Lanes<'s, T> {
                     let mut s = [zero; LANES];
                     let (mut w_re, mut w_im) = ([zero; LANES], [zero; LANES]);
                     let (mut z_re, mut z_im) = ([one; LANES], [zero; LANES]);
-                    let mut any = false;
+                    // Branch-free across the lanes (selects), so that it vectorizes.
+                    let mut rotate = [false; LANES];
                     for l in 0..LANES {
                         let (alpha, beta) = (self.norms[p * LANES + l], self.norms[q * LANES + l]);
                         let g = if T::COMPLEX {
-                            hypot(g_re[l], g_im[l])
+                            (g_re[l] * g_re[l] + g_im[l] * g_im[l]).sqrt()
                         } else {
                             g_re[l].abs()
                         };
-                        if !(g > tolerance * alpha.sqrt() * beta.sqrt()) {
-                            continue;
-                        }
+                        let orthogonal = !(g > tolerance * alpha.sqrt() * beta.sqrt());
+                        let g = if orthogonal { one } else { g };
                         let zeta = (beta - alpha) / (g + g);
-                        let t = one / (zeta.abs() + hypot(one, zeta));
+                        // A huge ζ (ζ² = ∞) gives t = 0: an angle below ε is no rotation.
+                        let t = one / (zeta.abs() + (one + zeta * zeta).sqrt());
                         let t = if zeta < zero { -t } else { t };
-                        let cos = one / hypot(one, t);
+                        let cos = one / (one + t * t).sqrt();
                         let sin = cos * t;
-                        if sin == zero {
-                            continue;
-                        }
+                        rotate[l] = !orthogonal && sin != zero;
                         let (e_re, e_im) = (g_re[l] / g, g_im[l] / g);
-                        (c[l], s[l]) = (cos, sin);
-                        (w_re[l], w_im[l]) = (sin * e_re, -(sin * e_im));
-                        (z_re[l], z_im[l]) = (cos * e_re, -(cos * e_im));
-                        self.norms[p * LANES + l] = max(alpha - t * g, zero);
-                        self.norms[q * LANES + l] = beta + t * g;
-                        rotated_in_sweep[l] = true;
-                        any = true;
+                        if rotate[l] {
+                            (c[l], s[l]) = (cos, sin);
+                            (w_re[l], w_im[l]) = (sin * e_re, -(sin * e_im));
+                            (z_re[l], z_im[l]) = (cos * e_re, -(cos * e_im));
+                            self.norms[p * LANES + l] = max(alpha - t * g, zero);
+                            self.norms[q * LANES + l] = beta + t * g;
+                        }
+                    }
+                    let any = rotate.iter().any(|&r| r);
+                    for l in 0..LANES {
+                        rotated_in_sweep[l] |= rotate[l];
                     }
                     if !any {
                         continue;
@@ -519,18 +522,6 @@ fn complete_column<T: Scalar>(
 #[inline(always)]
 fn lanes<R>(s: &[R], e: usize) -> &[R; LANES] {
     s[e..e + LANES].try_into().unwrap()
-}
-
-/// `√(x² + y²)` without overflow (the arguments are scaled, so only `ζ` can be large).
-#[inline(always)]
-fn hypot<R: Real>(x: R, y: R) -> R {
-    let (x, y) = (x.abs(), y.abs());
-    let (big, small) = if x > y { (x, y) } else { (y, x) };
-    if big == R::ZERO {
-        return R::ZERO;
-    }
-    let r = small / big;
-    big * (R::ONE + r * r).sqrt()
 }
 
 #[inline(always)]
