@@ -330,3 +330,24 @@ def test_small_batch_special_inputs(installed, dtype):
     reference = np.linalg.svd(unit, compute_uv=False)
     assert_valid_svd(unit, u[good], s[good] / scale[..., 0], vt[good], dtype, reference)
     np.testing.assert_array_equal(s[6], 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_small_batch_vmap_grad_and_svd_users_match_stock(stock_vs_ferrax, dtype):
+    # Functions of the SVD that do not depend on the vectors' signs or phases, over 3 × 4
+    # matrices under vmap (12 ≥ one group of lanes): pinv, the nuclear norm and its gradient
+    # U·Vᴴ (jax's SVD rule), the rank.
+    n = min(6, JACOBI_MAX[dtype])
+    a = random_matrix((3, 4, n, n), dtype) + (2 * n * np.eye(n)).astype(dtype)  # well conditioned
+    nuclear = lambda x: jnp.sum(jnp.linalg.svd(x, compute_uv=False))  # noqa: E731
+    real = lambda x: jnp.real(x) if np.iscomplexobj(x) else x  # noqa: E731
+    fn = jax.jit(jax.vmap(lambda x: (
+        jnp.linalg.pinv(x),
+        jax.vmap(jax.grad(lambda y: nuclear(real(y))))(real(x)),
+        jnp.linalg.matrix_rank(x),
+    )))
+    expected, got = stock_vs_ferrax(fn, a)
+    assert TARGET in fn.lower(a).as_text()
+    for e, g in zip(expected, got):
+        scale = max(1.0, float(np.abs(e).max()))
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e3 * np.finfo(dtype).eps * scale)
