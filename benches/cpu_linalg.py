@@ -9,6 +9,12 @@ For each op, dtype and n, a batch of n×n matrices sized to about 4 MB is timed 
 
 ``--scaling`` also times every case on one core (a child process pinned to the first CPU, so
 XLA's thread pool has one thread) and reports how much each side gains from all the cores.
+
+What a CPU user would pick instead of jax, numpy and torch (when installed), is timed on the
+same inputs in a child process each (``--peers``, default ``numpy,torch``; ``--peers ''`` for
+none), and the table gives ferrax's speedup over the best of stock jax and them. A peer runs
+apart from jax because its threads (OpenMP's spin after each call) would take cores from XLA's
+pool in one process; its times are therefore not interleaved with jax's.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -56,7 +63,8 @@ DTYPES = (np.float32, np.float64, np.complex128)
 BATCH_BYTES = 4 << 20
 
 
-def operand(rng, op, dtype, batch, n):
+def host_operand(rng, op, dtype, batch, n):
+    """The batch of matrices `op` is timed on, as a numpy array."""
     a = rng.standard_normal((batch, n, n))
     if np.issubdtype(dtype, np.complexfloating):
         a = a + 1j * rng.standard_normal((batch, n, n))
@@ -64,7 +72,72 @@ def operand(rng, op, dtype, batch, n):
         a = a @ np.conj(np.swapaxes(a, -1, -2)) + n * np.eye(n)
     if op == "triangular_solve":  # well conditioned lower triangle
         a = a + 2 * n * np.eye(n)
-    return jnp.asarray(a.astype(dtype))
+    return a.astype(dtype)
+
+
+def operand(rng, op, dtype, batch, n):
+    return jnp.asarray(host_operand(rng, op, dtype, batch, n))
+
+
+def batch_size(dtype, n):
+    return max(1, BATCH_BYTES // (n * n * np.dtype(dtype).itemsize))
+
+
+def case_rng(seed, op, dtype, n):
+    """The generator of one case's operand: the same in the peers' processes as in jax's."""
+    return np.random.default_rng([seed, zlib.crc32(f"{op}/{np.dtype(dtype).name}/{n}".encode())])
+
+
+def peer_ops(peer):
+    """The peer's function for each op it has (same matrices in, the same factorization out as
+    the jax function of OPS), or None where the peer is not installed."""
+    if peer == "numpy":
+        return {
+            "cholesky": np.linalg.cholesky,
+            "qr": np.linalg.qr,
+            "eigh": np.linalg.eigh,
+            "svd": np.linalg.svd,
+            "eig": np.linalg.eig,
+            "solve": lambda a: np.linalg.solve(a, a[..., :1]),
+        }
+    if peer == "torch":
+        try:
+            import torch
+        except ImportError:
+            return None
+        L = torch.linalg
+        return {
+            "lu": L.lu_factor,
+            "cholesky": L.cholesky,
+            "triangular_solve": lambda a: L.solve_triangular(a, a, upper=False, left=True),
+            "qr": L.qr,
+            "eigh": L.eigh,
+            "svd": L.svd,
+            "eig": L.eig,
+            "solve": lambda a: L.solve(a, a[..., :1]),
+        }
+    raise SystemExit(f"cpu_linalg: unknown peer {peer!r} (numpy or torch)")
+
+
+def peer_results(peer, cases, seed, repeats):
+    """The peer's median time (ms) of each case (op, dtype, n) it has: {case: ms}."""
+    ops = peer_ops(peer)
+    if ops is None:
+        return None
+    convert = (lambda a: a) if peer == "numpy" else __import__("torch").from_numpy
+    times = {}
+    for op, dtype, n in cases:
+        if op not in ops:
+            continue
+        a = convert(host_operand(case_rng(seed, op, dtype, n), op, dtype, batch_size(dtype, n), n))
+        ops[op](a)
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            ops[op](a)
+            samples.append(time.perf_counter() - start)
+        times[f"{op}/{np.dtype(dtype).name}/{n}"] = statistics.median(samples) * 1e3
+    return times
 
 
 def interleaved_ms(fns, arg, repeats):
@@ -101,9 +174,9 @@ def ratio_bars(path, labels, ratios, title, figsize=(7, 4)):
     plt.close(fig)
 
 
-def measure(op, dtype, n, repeats, rng):
-    batch = max(1, BATCH_BYTES // (n * n * np.dtype(dtype).itemsize))
-    a = operand(rng, op, dtype, batch, n)
+def measure(op, dtype, n, repeats, seed):
+    batch = batch_size(dtype, n)
+    a = operand(case_rng(seed, op, dtype, n), op, dtype, batch, n)
     ferrax.uninstall()
     stock = jax.jit(OPS[op]).lower(a).compile()
     ferrax.install()
@@ -149,37 +222,57 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--scaling", action="store_true",
                         help="also time each case on one core; report the speedup from all cores")
+    parser.add_argument("--peers", default="numpy,torch",
+                        help="libraries timed on the same inputs in child processes ('' for none)")
     parser.add_argument("--cores", type=int, help="run on the first CORES CPUs only")
     parser.add_argument("--json", help="where to write the results (default benches/results/)")
+    parser.add_argument("--seed", type=int, help="the inputs' seed (default: a fresh one)")
+    parser.add_argument("--peer", help=argparse.SUPPRESS)  # a peer's child process
     args = parser.parse_args(argv)
     if args.cores:  # before jax's CPU client exists, so that its thread pool has this size
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
-    one_core = one_core_results(argv, args) if args.scaling else {}
     sizes = tuple(int(n) for n in args.sizes.split(","))
     dtypes = tuple(np.dtype(d).type for d in args.dtypes.split(","))
     repeats = args.repeats
     if args.quick:
         sizes, dtypes, repeats = (8, 64), (np.float64,), 3
-    rng = np.random.default_rng()
-    results = [measure(op, dtype, n, repeats, rng)
-               for op in args.ops.split(",") for dtype in dtypes for n in sizes]
+    seed = np.random.SeedSequence().entropy if args.seed is None else args.seed
+    cases = [(op, dtype, n) for op in args.ops.split(",") for dtype in dtypes for n in sizes]
+    if args.peer:
+        pathlib.Path(args.json).write_text(json.dumps(peer_results(args.peer, cases, seed, repeats)))
+        return
+    one_core = one_core_results(argv, args) if args.scaling else {}
+    peers = {peer: times for peer in filter(None, args.peers.split(","))
+             if (times := peer_child(argv, peer, seed)) is not None}
+    results = [measure(op, dtype, n, repeats, seed) for op, dtype, n in cases]
 
     cores = len(os.sched_getaffinity(0))
     for r in results:
         if (key := (r["op"], r["dtype"], r["n"])) in one_core:
             r["jaxlib_scaling"] = one_core[key]["jaxlib_ms"] / r["jaxlib_ms"]
             r["ferrax_scaling"] = one_core[key]["ferrax_ms"] / r["ferrax_ms"]
+        for peer, times in peers.items():
+            r[f"{peer}_ms"] = times.get(f"{r['op']}/{r['dtype']}/{r['n']}")
+        best = min(t for t in (r["jaxlib_ms"], *(r[f"{p}_ms"] for p in peers)) if t is not None)
+        r["speedup_over_best"] = best / r["ferrax_ms"]
 
-    print(f"CPU, {cores} cores, jax {jax.__version__}, jaxlib {jax.lib.__version__}, median of {repeats} interleaved calls (ms)")
+    print(f"CPU, {cores} cores, jax {jax.__version__}, jaxlib {jax.lib.__version__}, median of "
+          f"{repeats} interleaved calls (ms)"
+          + "".join(f", {p} {peer_version(p)} in its own process" for p in peers))
     scaling_header = f" {'jaxlib 1→' + str(cores):>11} {'ferrax 1→' + str(cores):>11}" if one_core else ""
+    peer_header = "".join(f" {p:>9}" for p in peers) + (f" {'vs best':>8}" if peers else "")
     header = f"{'op':<17} {'dtype':<10} {'n':>4} {'batch':>7} {'jaxlib':>9} {'ferrax':>9} {'speedup':>8}"
-    print(header + scaling_header + "\n" + "-" * len(header + scaling_header))
+    print(header + peer_header + scaling_header + "\n" + "-" * len(header + peer_header + scaling_header))
     for r in results:
+        peer_cells = "".join(f" {'—' if r[f'{p}_ms'] is None else format(r[f'{p}_ms'], '.3f'):>9}"
+                             for p in peers)
+        if peers:
+            peer_cells += f" {r['speedup_over_best']:>7.2f}x"
         scaling = (f" {r['jaxlib_scaling']:>10.2f}x {r['ferrax_scaling']:>10.2f}x"
                    if "ferrax_scaling" in r else "")
         note = "" if r["routed"] else "  (not routed to ferrax yet)"
         print(f"{r['op']:<17} {r['dtype']:<10} {r['n']:>4} {r['batch']:>7} {r['jaxlib_ms']:>9.3f} "
-              f"{r['ferrax_ms']:>9.3f} {r['speedup']:>7.2f}x{scaling}{note}")
+              f"{r['ferrax_ms']:>9.3f} {r['speedup']:>7.2f}x{peer_cells}{scaling}{note}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
         return
@@ -190,13 +283,30 @@ def main(argv=None):
     print(f"wrote {directory}/cpu_linalg.json and cpu_<op>.png")
 
 
+def peer_version(peer):
+    return __import__(peer).__version__
+
+
+def peer_child(argv, peer, seed):
+    """The peer's times of the same cases on the same inputs, from a child process:
+    {"op/dtype/n": ms}, or None where the peer is not installed."""
+    argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--scaling"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / f"{peer}.json"
+        print(f"timing {peer} (child process)", flush=True)
+        subprocess.run([sys.executable, __file__, *argv, "--peer", peer, "--seed", str(seed),
+                        "--json", str(path)], check=True)
+        return json.loads(path.read_text())
+
+
 def one_core_results(argv, args):
     """The same cases timed by a child process on one core: {(op, dtype, n): result}."""
     argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--scaling"]
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "one_core.json"
         print("timing every case on one core first (child process)", flush=True)
-        subprocess.run([sys.executable, __file__, *argv, "--cores", "1", "--json", str(path)],
+        subprocess.run([sys.executable, __file__, *argv, "--cores", "1", "--peers", "",
+                        "--json", str(path)],
                        check=True, stdout=subprocess.DEVNULL)
         return {(r["op"], r["dtype"], r["n"]): r for r in json.loads(path.read_text())}
 
