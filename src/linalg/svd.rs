@@ -119,7 +119,7 @@ pub fn svd<T: Svd>(
         }
         None => [&out.u, &out.vt]
             .iter()
-            .all(|f| f.as_ref().map_or(true, |f| f.count() == count)),
+            .all(|f| f.as_ref().is_none_or(|f| f.count() == count)),
     };
     if out.s.len() != count * k
         || out.info.len() != count

@@ -143,6 +143,7 @@ impl<'s, T: Scalar> Lanes<'s, T> {
     /// `[1, 2)` (exact, and the squared norms can neither overflow nor lose the small
     /// columns to underflow first); a lane with a non-finite element becomes zero.
     #[inline(always)]
+    #[allow(clippy::eq_op, clippy::needless_range_loop)] // `x - x`; lanes index two arrays
     fn scale_lanes(&mut self) {
         let zero = <T::Real as Real>::ZERO;
         let len = self.a.len();
@@ -272,6 +273,8 @@ impl<'s, T: Scalar> Lanes<'s, T> {
                         } else {
                             g_re[l].abs()
                         };
+                        // Negated so that a NaN g (a non-finite lane) counts as orthogonal.
+                        #[allow(clippy::neg_cmp_op_on_partial_ord)]
                         let orthogonal = !(g > tolerance * alpha.sqrt() * beta.sqrt());
                         let g = if orthogonal { one } else { g };
                         let zeta = (beta - alpha) / (g + g);
