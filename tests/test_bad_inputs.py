@@ -39,6 +39,8 @@ def _calls(rng, dtype, b, m, n):
         ("ferrax_cholesky", [mat(b, n, n)], [S((b, n, n), dtype)], {"symmetrize_input": True}),
         ("ferrax_trsm", [mat(b, n, n), mat(b, n, 3)], [S((b, n, 3), dtype)],
          {"side": char("L"), "uplo": char("L"), "trans_x": char("N"), "diag": char("N")}),
+        ("ferrax_lu_solve", [mat(b, n, n), np.tile(np.arange(n, dtype=I32), (b, 1)), mat(b, n, 2)],
+         [S((b, n, 2), dtype)], {"trans": I32(1)}),
         ("ferrax_geqrf", [mat(b, m, n)], [S((b, m, n), dtype), S((b, k), dtype)], {}),
         ("ferrax_qr", [mat(b, m, n)], [S((b, m, m), dtype), S((b, m, n), dtype)],
          {"full_matrices": True}),

@@ -27,7 +27,7 @@ N = 5
 
 #: The ferrax targets the program below lowers to after install() (CPU, x64).
 TARGETS = {"ferrax_getrf_row_major", "ferrax_lu_pivots_to_permutation", "ferrax_threefry2x32",
-           "ferrax_cholesky", "ferrax_qr", "ferrax_syevd", "ferrax_trsm"}
+           "ferrax_cholesky", "ferrax_qr", "ferrax_syevd", "ferrax_trsm", "ferrax_lu_solve"}
 
 # Exported.serialize() needs the optional 'flatbuffers' package (not a jax dependency).
 needs_flatbuffers = pytest.mark.skipif(importlib.util.find_spec("flatbuffers") is None,
@@ -256,7 +256,7 @@ def test_plain_and_ferrax_exports_do_not_share_caches():
     for _ in range(2):
         assert not ferrax_targets(export.export(f)(spec))
         assert ferrax_targets(ferrax.export(f)(spec)) == {
-            "ferrax_getrf_row_major", "ferrax_lu_pivots_to_permutation", "ferrax_trsm"}
+            "ferrax_getrf_row_major", "ferrax_lu_pivots_to_permutation", "ferrax_lu_solve"}
     assert "ferrax_getrf_row_major" in f.lower(spec).as_text()
 
 

@@ -59,12 +59,13 @@ _CHILD = """
     run("qr", jnp.linalg.qr, x)
     run("eigh", jnp.linalg.eigh, spd)
     run("svd", lambda a: jnp.linalg.svd(a, compute_uv=False), x)
+    run("solve", jnp.linalg.solve, spd, x)
     print("REPORT" + json.dumps(report))
 """
 
 # Installed jax functions run in the child, and the ferrax target each must call per device.
 LINALG = {"cholesky": "ferrax_cholesky", "triangular_solve": "ferrax_trsm", "qr": "ferrax_qr",
-          "eigh": "ferrax_syevd", "svd": "ferrax_gesdd"}
+          "eigh": "ferrax_syevd", "svd": "ferrax_gesdd", "solve": "ferrax_lu_solve"}
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +195,5 @@ def test_installed_linalg_sharded_results_are_right(sharded, assert_close):
     assert_close(v @ (w[..., None] * np.swapaxes(v, -1, -2)), spd, np.float64, kind="reconstruct")
     (s,) = results["svd"]
     assert_close(s, np.linalg.svd(a, compute_uv=False), np.float64, kind="reconstruct")
+    (x,) = results["solve"]
+    assert_close(spd @ x, a, np.float64, kind="reconstruct")

@@ -95,6 +95,13 @@ def _cpu(limit, *, static_batch=False):
 _GPU_THRESHOLDS = json.loads((pathlib.Path(__file__).parent / "gpu_thresholds.json").read_text())
 
 
+def _static_operands(limit):
+    """Where every operand's shape is static and the first one's matrices have orders up to
+    ``limit``."""
+    return lambda ctx, **_: (all(core.is_constant_shape(a.shape) for a in ctx.avals_in)
+                             and _matrices(ctx.avals_in[0], limit))
+
+
 def _gpu(*ops, operand=0, cap=sys.maxsize):
     """Where operand ``operand`` has a static shape and matrices up to the order at which
     ferrax's GPU target of each of ``ops`` was measured faster than jaxlib's
@@ -166,6 +173,12 @@ CPU_FUSED_QR_MAX = 128
 #: steps (the factorization outweighs XLA's passes there, and XLA spreads its passes over the
 #: cores where one big matrix would leave them to one task).
 CPU_FUSED_CHOLESKY_MAX = 128
+#: Up to this order jax's lu_solve (and so jnp.linalg.solve after lu) is one ferrax_lu_solve
+#: call, where jax's rule makes an XLA gather and two triangular solves, each a pass over the
+#: batch (jnp.linalg.solve, 2 cores, ~4 MB batches, against ferrax's getrf and trsm: n = 4-16
+#: 1.2-1.9x faster with 1 or n right-hand sides; at 32-128 within this machine's noise, and
+#: 0.7x for c128 with n right-hand sides, where OpenBLAS's blocked trsm wins).
+CPU_FUSED_LU_SOLVE_MAX = 16
 
 
 class Route(NamedTuple):
@@ -189,6 +202,9 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cpu", L.qr_p, _unpivoted(_cpu(CPU_FUSED_QR_MAX)), R.qr),
     # ferrax's cholesky_p: what install() makes of jax's cholesky, and ferrax.linalg.cholesky.
     Route("cpu", P.cholesky_p, _cpu(CPU_FUSED_CHOLESKY_MAX), R.cholesky, on_import=True),
+    # ferrax's lu_solve_p: what install() makes of jax's lu_solve (jnp.linalg.solve's too).
+    Route("cpu", P.lu_solve_p, _static_operands(CPU_FUSED_LU_SOLVE_MAX), R.lu_solve,
+          on_import=True),
     Route("cpu", L.triangular_solve_p, ALWAYS, R.triangular_solve_transposed),
     Route("cpu", L.tridiagonal_solve_p, _perturb_singular, R.tridiagonal_solve_perturbed),
     Route("cpu", L.lu_pivots_to_permutation_p, ALWAYS, R.lu_pivots_to_permutation),
@@ -339,6 +355,9 @@ _PATCHES = [
     # and tril are XLA passes outside cholesky_p, which ferrax's does in the call.
     _attribute(lax_linalg, "cholesky", linalg.cholesky),
     _attribute(jax.lax.linalg, "cholesky", linalg.cholesky),
+    # jax's lu_solve (jnp.linalg.solve, jax.scipy.linalg.lu_solve) vmaps this over the batch:
+    # ferrax's binds one primitive, where jax's makes three XLA passes over the batch.
+    _attribute(lax_linalg, "_lu_solve_core", _primitives.lu_solve_core),
     # jax's cholesky_update has no batching rule; ferrax's primitive takes batches.
     _item(batching.fancy_primitive_batchers, lax_linalg.cholesky_update_p,
           _rules.cholesky_update_batcher),

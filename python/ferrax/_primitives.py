@@ -7,6 +7,7 @@ dimensions, so ``vmap`` only moves the mapped axis to the front.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import jax
@@ -19,8 +20,8 @@ from jax._src.interpreters import ad, batching, mlir
 
 from ferrax._export import stock_when_exporting
 from ferrax._lowering import batched_ffi_lowering
-from ferrax._targets import (CHOLESKY, CHOLESKY_UPDATE, GETRF, LU_PIVOTS_TO_PERMUTATION, QR,
-                             THREEFRY2X32, THREEFRY2X32_BITS)
+from ferrax._targets import (CHOLESKY, CHOLESKY_UPDATE, GETRF, LU_PIVOTS_TO_PERMUTATION, LU_SOLVE,
+                             QR, THREEFRY2X32, THREEFRY2X32_BITS)
 
 LAPACK_DTYPES = tuple(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 
@@ -235,3 +236,83 @@ def _cholesky_jvp(primals, tangents, *, symmetrize_input):
 cholesky_p = _primitive(CHOLESKY, _cholesky_abstract_eval, {}, multiple_results=False)
 mlir.register_lowering(cholesky_p, cholesky_reference_lowering)
 ad.primitive_jvps[cholesky_p] = _cholesky_jvp
+
+
+#: jax's own solve with one LU factorization (``lu [n, n]``, ``permutation [n]``,
+#: ``b [n, ...]``), kept before ``install()`` points jax's name at ferrax's.
+_jax_lu_solve_core = lax_linalg._lu_solve_core
+
+
+def _lu_solve_abstract_eval(lu, permutation, b, *, trans):
+    *batch, n, _ = lu.shape if lu.ndim >= 2 else (None, None)
+    if (lu.ndim < 2 or lu.shape[-1] != n or permutation.shape != (*batch, n)
+            or b.ndim != lu.ndim or b.shape[:-1] != (*batch, n)):
+        raise ValueError(f"{LU_SOLVE}: expected lu [..., n, n], permutation [..., n] and "
+                         f"b [..., n, k], got {lu.shape}, {permutation.shape} and {b.shape}")
+    if (dtypes.dtype(lu.dtype) not in LAPACK_DTYPES or b.dtype != lu.dtype
+            or dtypes.dtype(permutation.dtype) != np.int32):
+        raise TypeError(f"{LU_SOLVE}: expected lu and b of one of float32, float64, complex64 or "
+                        f"complex128 and an int32 permutation, got {lu.dtype}, "
+                        f"{permutation.dtype} and {b.dtype}")
+    if trans not in (0, 1, 2):
+        raise ValueError(f"{LU_SOLVE}: trans must be 0, 1 or 2, got {trans}")
+    return core.ShapedArray(b.shape, b.dtype)
+
+
+def _lu_solve_reference(lu, permutation, b, *, trans):
+    solve = _jax_lu_solve_core
+    for _ in range(lu.ndim - 2):
+        solve = jax.vmap(solve, in_axes=(0, 0, 0, None))
+    return solve(lu, permutation, b, trans)
+
+
+_lu_solve_ffi = batched_ffi_lowering(LU_SOLVE, num_non_batch_dims=2, column_major=False)
+
+
+def lu_solve_fused_lowering(ctx, lu, permutation, b, *, trans):
+    """One ``ferrax_lu_solve`` call (``_install``'s routing table says where)."""
+    return _lu_solve_ffi(ctx, lu, permutation, b, trans=np.int32(trans))
+
+
+def _lu_solve_jvp(primals, tangents, *, trans):
+    # jax's rule, through jax's own steps (the permutation has no tangent).
+    lu, permutation, b = primals
+    dlu, _, db = map(ad.instantiate_zeros, tangents)
+    return jax.jvp(lambda lu, b: _lu_solve_reference(lu, permutation, b, trans=trans),
+                   (lu, b), (dlu, db))
+
+
+def _lu_solve_batcher(args, dims, *, trans):
+    lu, permutation, b = args
+    lu_dim, permutation_dim, b_dim = dims
+    if lu_dim is not None or permutation_dim is not None:
+        return _batch_at_front(lu_solve_p, args, dims, trans=trans)
+    # One factorization for every instance (jnp.linalg.solve vmaps over b's columns): the
+    # instances become more right-hand sides, where moving the batch to the front would copy
+    # the factorization once per instance.
+    b = jnp.moveaxis(b, b_dim, -1)
+    *batch, n, k, instances = b.shape
+    x = lu_solve_p.bind(lu, permutation, b.reshape(*batch, n, k * instances), trans=trans)
+    return x.reshape(b.shape), b.ndim - 1
+
+
+#: jax's LU solve of ``b [..., n, k]`` with the factorization ``lu [..., n, n]``,
+#: ``permutation [..., n]`` that jax's ``lu`` returns (its ``_lu_solve_core`` under vmap, which
+#: ``install()`` makes bind this primitive): on the CPU one ``ferrax_lu_solve`` call for small
+#: orders; elsewhere jax's steps (``_install``'s routing table).
+lu_solve_p = _primitive(LU_SOLVE, _lu_solve_abstract_eval, {}, multiple_results=False)
+mlir.register_lowering(lu_solve_p, mlir.lower_fun(_lu_solve_reference, multiple_results=False))
+ad.primitive_jvps[lu_solve_p] = _lu_solve_jvp
+batching.primitive_batchers[lu_solve_p] = _lu_solve_batcher
+
+
+def lu_solve_core(lu, permutation, b, trans):
+    """What ``install()`` makes of jax's ``_lu_solve_core`` (one system; jax's ``lu_solve``
+    vmaps it over the batch): ``lu_solve_p`` where its operands fit it, else jax's steps."""
+    fits = (lu.ndim == 2 and b.ndim >= 1 and permutation.shape == lu.shape[:1]
+            and lu.dtype == b.dtype and dtypes.dtype(lu.dtype) in LAPACK_DTYPES
+            and dtypes.dtype(permutation.dtype) == np.int32 and trans in (0, 1, 2))
+    if not fits:
+        return _jax_lu_solve_core(lu, permutation, b, trans)
+    x = jax.lax.reshape(b, (b.shape[0], math.prod(b.shape[1:])))
+    return jax.lax.reshape(lu_solve_p.bind(lu, permutation, x, trans=int(trans)), b.shape)

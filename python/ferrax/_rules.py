@@ -46,6 +46,10 @@ def qr(ctx, operand, *, full_matrices, **_):
     return _primitives.qr_lowering(ctx, operand, full_matrices=full_matrices)
 
 
+#: ferrax's lu_solve_p (jax's lu_solve: permute, two triangular solves) as one ferrax_lu_solve
+#: call.
+lu_solve = _primitives.lu_solve_fused_lowering
+
 #: ferrax's cholesky_p (jax's whole cholesky: symmetrize, factor, NaN where it fails, tril) as
 #: one ferrax_cholesky call.
 cholesky = _primitives.cholesky_fused_lowering

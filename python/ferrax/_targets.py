@@ -41,6 +41,7 @@ THREEFRY2X32_BITS = _target("ferrax_threefry2x32_bits", "cuda")
 CHOLESKY_UPDATE = _target("ferrax_cholesky_update", "cuda")
 CHOLESKY = _target("ferrax_cholesky", "cpu", "cuda")
 QR = _target("ferrax_qr", "cpu", "cuda")
+LU_SOLVE = _target("ferrax_lu_solve", "cpu")
 #: The platforms the RNN targets have handlers on.
 RNN_PLATFORMS = ("cpu", "cuda")
 RNN = _target("ferrax_rnn", *RNN_PLATFORMS)

@@ -12,6 +12,7 @@ pub mod eig;
 pub mod eigh;
 pub mod getrf;
 pub mod hessenberg;
+pub mod lu_solve;
 pub mod potrf;
 pub mod qr;
 pub mod rnn;

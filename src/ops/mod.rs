@@ -23,6 +23,7 @@ families!(
     eigh,
     getrf,
     hessenberg,
+    lu_solve,
     pivots,
     potrf,
     qr,

@@ -1,0 +1,107 @@
+//! jax's `lu_solve` (its `_lu_solve_core` under vmap) on row-major batches in one pass: per
+//! matrix, the right-hand sides permuted and both triangular solves, in cache. jax's rule
+//! makes an XLA gather and two `triangular_solve` calls, each a pass over the whole batch
+//! (and, on the CPU, two transposes around each solve).
+
+use super::parallel::{for_each_parallel, Pool, SharedMut};
+use crate::error::{Error, Result};
+use ferrax_kernels::scalar::Scalar;
+use ferrax_kernels::small::{trsm, Transpose};
+
+/// Solves `op(A)·x = b` for each of the `count` row-major `n × n` packed LU factorizations in
+/// `lu` (`A = P⁻¹·L·U` as jax's `lu` returns it: `b`'s row `perm[i]` is row `i` of `P·b`;
+/// L unit lower, U upper) and row-major `n × k` right-hand sides in `b`, into `x`. `op` is
+/// `trans`: `A`, `Aᵀ` or `Aᴴ` (jax's `trans` 0, 1, 2).
+///
+/// As jax's steps: a singular U gives infinities and NaNs (no `info`); with `trans`, the
+/// solution's rows are put back by a stable argsort of `perm` (jax's `sort_key_val`), so a
+/// `perm` that is not a permutation gives what jax's gather gives. An entry of `perm` outside
+/// `0..n` is an error (jax would clamp it).
+#[allow(clippy::too_many_arguments)]
+pub fn lu_solve<T: Scalar + Send + Sync>(
+    pool: &dyn Pool,
+    lu: &[T],
+    perm: &[i32],
+    b: &[T],
+    x: &mut [T],
+    [count, n, k]: [usize; 3],
+    trans: Transpose,
+) -> Result<()> {
+    if lu.len() != count * n * n
+        || perm.len() != count * n
+        || b.len() != count * n * k
+        || x.len() != b.len()
+    {
+        return Err(Error::internal(format!(
+            "lu_solve: {count} systems of order {n} with {k} right-hand sides in {}, {}, {} and \
+             {} elements",
+            lu.len(),
+            perm.len(),
+            b.len(),
+            x.len()
+        )));
+    }
+    if let Some(bad) = perm.iter().find(|&&p| p < 0 || p as usize >= n) {
+        return Err(Error::invalid_argument(format!(
+            "permutation: entries in 0..{n} expected, got {bad}"
+        )));
+    }
+    if count == 0 || n == 0 || k == 0 {
+        return Ok(());
+    }
+    let out = SharedMut(x.as_mut_ptr());
+    let flops = (2 * n * n * k).max(1);
+    for_each_parallel(pool, count, flops, &|m| {
+        let lu = &lu[m * n * n..(m + 1) * n * n];
+        let perm = &perm[m * n..(m + 1) * n];
+        let b = &b[m * n * k..(m + 1) * n * k];
+        // SAFETY: system `m`'s solution, which this task alone writes.
+        let x = unsafe { out.slice(m * n * k, n * k) };
+        solve_one(lu, perm, b, x, n, k, trans);
+        Ok(())
+    })
+}
+
+/// One system. Row-major `lu` read column-major is `(L·U)ᵀ`'s storage: its upper triangle
+/// holds `Lᵀ`, its lower one `Uᵀ`; row-major `x` read column-major is `xᵀ` (`k × n`, leading
+/// dimension `k`). So `L·y = c` is `yᵀ·Lᵀ = cᵀ`, a solve from the right with that upper
+/// triangle, and so on: each step is an update of contiguous rows of x.
+fn solve_one<T: Scalar>(
+    lu: &[T],
+    perm: &[i32],
+    b: &[T],
+    x: &mut [T],
+    n: usize,
+    k: usize,
+    trans: Transpose,
+) {
+    let solve = |x: &mut [T], lower: bool, trans: Transpose, unit: bool| {
+        trsm(false, lower, trans, unit, k, n, lu, n, x, k)
+    };
+    if trans == Transpose::No {
+        for (row, &p) in x.chunks_exact_mut(k).zip(perm) {
+            let p = p as usize;
+            row.copy_from_slice(&b[p * k..(p + 1) * k]);
+        }
+        solve(x, false, Transpose::No, true); // L
+        solve(x, true, Transpose::No, false); // U
+        return;
+    }
+    // Uᵀ (or Uᴴ), then Lᵀ (or Lᴴ), on a copy of b; row r of the solution is then row ind[r]
+    // of it, ind the stable argsort of perm.
+    let mut y = b.to_vec();
+    solve(&mut y, true, trans, false);
+    solve(&mut y, false, trans, true);
+    let mut starts = vec![0usize; n + 1];
+    for &p in perm {
+        starts[p as usize + 1] += 1;
+    }
+    for v in 0..n {
+        starts[v + 1] += starts[v];
+    }
+    for (i, &p) in perm.iter().enumerate() {
+        let r = &mut starts[p as usize];
+        x[*r * k..(*r + 1) * k].copy_from_slice(&y[i * k..(i + 1) * k]);
+        *r += 1;
+    }
+}
