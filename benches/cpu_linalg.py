@@ -20,6 +20,7 @@ pool in one process; its times are therefore not interleaved with jax's.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import pathlib
@@ -290,6 +291,9 @@ def peer_version(peer):
 def peer_child(argv, peer, seed):
     """The peer's times of the same cases on the same inputs, from a child process:
     {"op/dtype/n": ms}, or None where the peer is not installed."""
+    if importlib.util.find_spec(peer) is None:
+        print(f"{peer} is not installed: no {peer} column", flush=True)
+        return None
     argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--scaling"]
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / f"{peer}.json"
