@@ -3,8 +3,9 @@
 //! makes an XLA gather and two `triangular_solve` calls, each a pass over the whole batch
 //! (and, on the CPU, two transposes around each solve).
 
-use super::parallel::{for_each_parallel, Pool, SharedMut};
+use super::parallel::{for_each_chunk, Pool, SharedMut};
 use crate::error::{Error, Result};
+use crate::memory;
 use ferrax_kernels::scalar::Scalar;
 use ferrax_kernels::small::{trsm, Transpose};
 
@@ -51,13 +52,21 @@ pub fn lu_solve<T: Scalar + Send + Sync>(
     }
     let out = SharedMut(x.as_mut_ptr());
     let flops = (2 * n * n * k).max(1);
-    for_each_parallel(pool, count, flops, &|m| {
-        let lu = &lu[m * n * n..(m + 1) * n * n];
-        let perm = &perm[m * n..(m + 1) * n];
-        let b = &b[m * n * k..(m + 1) * n * k];
-        // SAFETY: system `m`'s solution, which this task alone writes.
-        let x = unsafe { out.slice(m * n * k, n * k) };
-        solve_one(lu, perm, b, x, n, k, trans);
+    for_each_chunk(pool, count, flops, &|range| {
+        // A transposed solve's copy of b and put-back offsets, one per task.
+        let (mut y, mut starts) = (Vec::new(), Vec::new());
+        if trans != Transpose::No {
+            memory::grow(&mut y, n * k, T::ZERO)?;
+            memory::grow(&mut starts, n + 1, 0)?;
+        }
+        for m in range {
+            let lu = &lu[m * n * n..(m + 1) * n * n];
+            let perm = &perm[m * n..(m + 1) * n];
+            let b = &b[m * n * k..(m + 1) * n * k];
+            // SAFETY: system `m`'s solution, which this task alone writes.
+            let x = unsafe { out.slice(m * n * k, n * k) };
+            solve_one(lu, perm, b, x, [n, k], trans, (&mut y[..], &mut starts[..]));
+        }
         Ok(())
     })
 }
@@ -66,14 +75,15 @@ pub fn lu_solve<T: Scalar + Send + Sync>(
 /// holds `Lᵀ`, its lower one `Uᵀ`; row-major `x` read column-major is `xᵀ` (`k × n`, leading
 /// dimension `k`). So `L·y = c` is `yᵀ·Lᵀ = cᵀ`, a solve from the right with that upper
 /// triangle, and so on: each step is an update of contiguous rows of x.
+/// With `trans`, `y` (`n·k` elements) and `starts` (`n + 1`) are its scratch.
 fn solve_one<T: Scalar>(
     lu: &[T],
     perm: &[i32],
     b: &[T],
     x: &mut [T],
-    n: usize,
-    k: usize,
+    [n, k]: [usize; 2],
     trans: Transpose,
+    (y, starts): (&mut [T], &mut [usize]),
 ) {
     let solve = |x: &mut [T], lower: bool, trans: Transpose, unit: bool| {
         trsm(false, lower, trans, unit, k, n, lu, n, x, k)
@@ -89,10 +99,10 @@ fn solve_one<T: Scalar>(
     }
     // Uᵀ (or Uᴴ), then Lᵀ (or Lᴴ), on a copy of b; row r of the solution is then row ind[r]
     // of it, ind the stable argsort of perm.
-    let mut y = b.to_vec();
-    solve(&mut y, true, trans, false);
-    solve(&mut y, false, trans, true);
-    let mut starts = vec![0usize; n + 1];
+    y.copy_from_slice(b);
+    solve(y, true, trans, false);
+    solve(y, false, trans, true);
+    starts.fill(0);
     for &p in perm {
         starts[p as usize + 1] += 1;
     }
