@@ -85,21 +85,15 @@ def _matrices(aval, limit):
             and np.dtype(aval.dtype) in _primitives.LAPACK_DTYPES)
 
 
-def _cpu(limit, *, static_batch=False):
-    """Where the operand's matrices have orders up to ``limit`` (and, with ``static_batch``,
-    its whole shape is static)."""
-    return lambda ctx, **_: ((not static_batch or core.is_constant_shape(ctx.avals_in[0].shape))
+def _cpu(limit, *, static_shapes=False):
+    """Where the (first) operand's matrices have orders up to ``limit`` (and, with
+    ``static_shapes``, every operand's whole shape is static)."""
+    return lambda ctx, **_: ((not static_shapes
+                              or all(core.is_constant_shape(a.shape) for a in ctx.avals_in))
                              and _matrices(ctx.avals_in[0], limit))
 
 
 _GPU_THRESHOLDS = json.loads((pathlib.Path(__file__).parent / "gpu_thresholds.json").read_text())
-
-
-def _static_operands(limit):
-    """Where every operand's shape is static and the first one's matrices have orders up to
-    ``limit``."""
-    return lambda ctx, **_: (all(core.is_constant_shape(a.shape) for a in ctx.avals_in)
-                             and _matrices(ctx.avals_in[0], limit))
 
 
 def _gpu(*ops, operand=0, cap=sys.maxsize):
@@ -198,12 +192,12 @@ ALWAYS = None
 L, P, R, S = lax_linalg, _primitives, _rules, sparse_lowerings
 
 ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax's rule)
-    Route("cpu", L.lu_p, _cpu(CPU_ROW_MAJOR_LU_MAX, static_batch=True), R.lu_row_major),
+    Route("cpu", L.lu_p, _cpu(CPU_ROW_MAJOR_LU_MAX, static_shapes=True), R.lu_row_major),
     Route("cpu", L.qr_p, _unpivoted(_cpu(CPU_FUSED_QR_MAX)), R.qr),
     # ferrax's cholesky_p: what install() makes of jax's cholesky, and ferrax.linalg.cholesky.
     Route("cpu", P.cholesky_p, _cpu(CPU_FUSED_CHOLESKY_MAX), R.cholesky, on_import=True),
     # ferrax's lu_solve_p: what install() makes of jax's lu_solve (jnp.linalg.solve's too).
-    Route("cpu", P.lu_solve_p, _static_operands(CPU_FUSED_LU_SOLVE_MAX), R.lu_solve,
+    Route("cpu", P.lu_solve_p, _cpu(CPU_FUSED_LU_SOLVE_MAX, static_shapes=True), R.lu_solve,
           on_import=True),
     Route("cpu", L.triangular_solve_p, ALWAYS, R.triangular_solve_transposed),
     Route("cpu", L.tridiagonal_solve_p, _perturb_singular, R.tridiagonal_solve_perturbed),
