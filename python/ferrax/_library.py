@@ -70,6 +70,9 @@ def library() -> ctypes.CDLL:
     lib.ferrax_rnn_sizes.restype = ctypes.c_int
     lib.ferrax_rnn_sizes.argtypes = [ctypes.c_int, *[ctypes.c_int64] * 3, ctypes.c_int,
                                      *[ctypes.c_int64] * 2, *[ctypes.POINTER(ctypes.c_uint64)] * 2]
+    lib.ferrax_kernel_call_describe.restype = ctypes.c_int
+    lib.ferrax_kernel_call_describe.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
+                                                ctypes.POINTER(ctypes.c_char_p)]
     return lib
 
 
@@ -98,6 +101,16 @@ def rnn_sizes(mode: int, input_size: int, hidden_size: int, num_layers: int,
                             batch, steps, ctypes.byref(weights), ctypes.byref(reserve)):
         raise ValueError(lib.ferrax_last_error().decode())
     return weights.value, reserve.value
+
+
+def describe_kernel_call(opaque: bytes, compressed: bool = True) -> str:
+    """The JSON description of a kernel-call payload (``ferrax_kernel_call_describe``);
+    ValueError naming the kernel where the CUDA target would refuse it."""
+    json = ctypes.c_char_p()
+    lib = library()
+    if lib.ferrax_kernel_call_describe(opaque, len(opaque), int(compressed), ctypes.byref(json)):
+        raise ValueError(lib.ferrax_last_error().decode())
+    return json.value.decode()
 
 
 def _capsule_pointer(capsule) -> tuple[str, int]:

@@ -2,6 +2,7 @@
 //! reads, and the LAPACK table's fillers.
 
 pub mod catalyst;
+mod kernel_call;
 mod lapack;
 mod limits;
 pub mod linalg;
