@@ -247,8 +247,11 @@ def test_batch_split_across_threads_matches_stock(stock_per_output, dtype):
 
 # --- batches of small matrices: one-sided Jacobi in SIMD lanes --------------------------------
 
-#: The largest order each dtype decomposes by Jacobi (`Svd::JACOBI_MAX` in src/linalg/svd.rs).
-JACOBI_MAX = {np.float32: 32, np.complex64: 24, np.float64: 24, np.complex128: 12}
+#: The largest order each dtype decomposes by Jacobi (`Svd::JACOBI_MAX` in src/linalg/svd.rs,
+#: from the library's limits table).
+JACOBI_MAX = {dtype: ferrax._library.limits()[f"SVD_JACOBI_MAX_{name}"]
+              for dtype, name in [(np.float32, "F32"), (np.float64, "F64"),
+                                  (np.complex64, "C64"), (np.complex128, "C128")]}
 
 
 def jacobi_shapes(dtype):

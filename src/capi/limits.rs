@@ -1,8 +1,10 @@
 //! The table of (name, value) for the limits of ferrax's kernels that callers route by, so
 //! that the Python package reads them instead of copying them. Each value is the Rust constant
-//! itself and each name is that constant's.
+//! itself and each name is that constant's (a per-type one's with the type appended).
 
+use crate::linalg::svd::Svd;
 use ferrax_kernels::small::FUSED_CHOLESKY_BLOCK_MAX;
+use num_complex::Complex;
 use std::ffi::c_char;
 
 #[repr(C)]
@@ -16,17 +18,24 @@ pub struct FerraxLimit {
 unsafe impl Sync for FerraxLimit {}
 
 macro_rules! limits {
-    ($($constant:ident),* $(,)?) => {
+    ($($name:ident $(= $value:expr)?),* $(,)?) => {
         static LIMITS: &[FerraxLimit] = &[$(FerraxLimit {
-            name: concat!(stringify!($constant), "\0").as_ptr() as *const c_char,
-            value: $constant as u64,
+            name: concat!(stringify!($name), "\0").as_ptr() as *const c_char,
+            value: limits!(@value $name $(= $value)?) as u64,
         }),*];
     };
+    (@value $name:ident) => { $name };
+    (@value $name:ident = $value:expr) => { $value };
 }
 
 limits!(
     // The largest order ferrax_cholesky takes on CUDA (its fused kernels).
     FUSED_CHOLESKY_BLOCK_MAX,
+    // The largest order the CPU SVD takes by one-sided Jacobi, per dtype (`Svd::JACOBI_MAX`).
+    SVD_JACOBI_MAX_F32 = <f32 as Svd>::JACOBI_MAX,
+    SVD_JACOBI_MAX_F64 = <f64 as Svd>::JACOBI_MAX,
+    SVD_JACOBI_MAX_C64 = <Complex<f32> as Svd>::JACOBI_MAX,
+    SVD_JACOBI_MAX_C128 = <Complex<f64> as Svd>::JACOBI_MAX,
 );
 
 /// Returns the limits table and writes its length to `count`.
