@@ -92,7 +92,8 @@ int ferrax_rnn_sizes(int mode, int64_t input_size, int64_t hidden_size, int64_t 
  * TritonAnyKernelCall proto, or the bare proto where `compressed` is 0) decoded and checked as
  * ferrax's CUDA target checks it (the PTX entry exists and its .param list takes the call's
  * parameters, block and grid within CUDA's limits). On success `*json` points to a JSON
- * description of what would be launched, valid until the next call on this thread. */
+ * description of what would be launched (a non-finite float scalar as the string "NaN",
+ * "Infinity" or "-Infinity"), valid until the next call on this thread. */
 int ferrax_kernel_call_describe(const uint8_t *opaque, size_t len, int compressed,
                                 const char **json);
 "#;

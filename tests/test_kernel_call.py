@@ -79,6 +79,8 @@ def _random_params(triton, rng, count: int):
             value = bool(rng.integers(2))
         elif kind in ("f32", "f64"):
             value = float(rng.standard_normal() * 10.0 ** rng.integers(-30, 30))
+            if rng.integers(8) == 0:
+                value = float(rng.choice([np.inf, -np.inf]))
             if kind == "f32":
                 value = float(np.float32(value))
         else:

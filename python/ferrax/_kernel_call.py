@@ -25,4 +25,10 @@ def describe_triton_call(opaque: bytes, *, compressed: bool = True) -> dict:
     not such a proto, PTX without the entry, parameters that do not match the entry's
     ``.param`` list, a block or grid past CUDA's limits.
     """
-    return json.loads(_library.describe_kernel_call(bytes(opaque), compressed))
+    described = json.loads(_library.describe_kernel_call(bytes(opaque), compressed))
+    for call in described["calls"]:
+        for param in call["params"]:
+            # JSON has no non-finite numbers: the library writes them as strings.
+            if param["kind"] in ("f32", "f64"):
+                param["value"] = float(param["value"])
+    return described

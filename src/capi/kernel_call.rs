@@ -152,12 +152,18 @@ fn list<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// A float as JSON (with Python's spellings of the non-finite values).
+/// A float as JSON: a number, or where it is not finite (which JSON numbers cannot be) the
+/// string "NaN", "Infinity" or "-Infinity".
 fn number(v: f64) -> String {
     if v.is_nan() {
-        "NaN".into()
+        "\"NaN\"".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "Infinity" } else { "-Infinity" }.into()
+        if v > 0.0 {
+            "\"Infinity\""
+        } else {
+            "\"-Infinity\""
+        }
+        .into()
     } else {
         format!("{v:?}")
     }

@@ -222,12 +222,15 @@ fn autotuned(tuned: proto::TritonAutotunedKernelCall) -> Result<Calls, String> {
         .configs
         .into_iter()
         .map(|config| {
-            let call = config.kernel_call.ok_or_else(|| {
-                format!("autotuned call {name:?}: a configuration without a call")
-            })?;
+            let description = config.description;
+            let at =
+                |e: String| format!("autotuned call {name:?}, configuration {description:?}: {e}");
+            let call = config
+                .kernel_call
+                .ok_or_else(|| at("no kernel call".into()))?;
             Ok(AutotuneConfig {
-                call: kernel_call(call)?,
-                description: config.description,
+                call: kernel_call(call).map_err(at)?,
+                description,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -266,9 +269,10 @@ fn autotuned(tuned: proto::TritonAutotunedKernelCall) -> Result<Calls, String> {
 }
 
 fn kernel_call(call: proto::TritonKernelCall) -> Result<KernelCall, String> {
-    let kernel = call
-        .kernel
-        .ok_or("opaque: a kernel call without a kernel")?;
+    let kernel = call.kernel.ok_or("a kernel call without a kernel")?;
+    if kernel.kernel_name.is_empty() {
+        return Err("a kernel without a name".into());
+    }
     let name = kernel.kernel_name.clone();
     let at = |message: String| format!("kernel {name}: {message}");
     let params = call
@@ -321,16 +325,16 @@ fn kernel_call(call: proto::TritonKernelCall) -> Result<KernelCall, String> {
 fn checked_kernel(kernel: proto::TritonKernel, params: &[Param]) -> Result<Kernel, String> {
     let name = kernel.kernel_name;
     let at = |message: String| format!("kernel {name}: {message}");
-    if name.is_empty() {
-        return Err("opaque: a kernel without a name".into());
-    }
     if kernel.num_warps == 0 || kernel.num_warps > MAX_WARPS {
         return Err(at(format!(
             "num_warps = {}: expected 1 to {MAX_WARPS} (at most 1024 threads per block)",
             kernel.num_warps
         )));
     }
-    let ctas_per_cluster = kernel.num_ctas.unwrap_or(1).max(1);
+    let ctas_per_cluster = kernel.num_ctas.unwrap_or(1);
+    if ctas_per_cluster == 0 {
+        return Err(at("num_ctas = 0: expected at least 1".into()));
+    }
     let (code, entry_params) = match kernel.module_image {
         Some(image) if !image.object_file.is_empty() => (Code::Cubin(image.object_file), None),
         _ if kernel.ptx.is_empty() => return Err(at("neither PTX nor a compiled module".into())),

@@ -20,9 +20,8 @@ pub fn entry_params(ptx: &str, name: &str) -> Option<Result<Vec<EntryParam>, Str
             .filter(|decl| !decl.is_empty())
             .enumerate()
             .map(|(index, decl)| {
-                param(decl).ok_or_else(|| {
-                    format!("parameter {index} of entry {name}: cannot read `{decl}`")
-                })
+                param(decl)
+                    .ok_or_else(|| format!("the entry's parameter {index}: cannot read `{decl}`"))
             })
             .collect(),
     )
@@ -49,28 +48,42 @@ fn entry_param_list<'a>(code: &'a str, name: &str) -> Option<&'a str> {
     None
 }
 
+/// `ptx` without its `//` and `/* */` comments (each becomes a space), in one pass.
 fn strip_comments(ptx: &str) -> String {
     let mut out = String::with_capacity(ptx.len());
     let mut rest = ptx;
-    loop {
-        let line = rest.find("//").unwrap_or(usize::MAX);
-        let block = rest.find("/*").unwrap_or(usize::MAX);
-        if line == usize::MAX && block == usize::MAX {
-            out.push_str(rest);
-            return out;
-        }
-        let at = line.min(block);
+    while let Some(at) = rest.find('/') {
         out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (close, open) = if after.starts_with('/') {
+            ("\n", "//")
+        } else if after.starts_with('*') {
+            ("*/", "/*")
+        } else {
+            out.push('/');
+            rest = after;
+            continue;
+        };
         out.push(' ');
-        let (close, skip) = if line < block { ("\n", 0) } else { ("*/", 2) };
-        rest = rest[at..]
-            .find(close)
-            .map_or("", |end| &rest[at + end + skip..]);
+        let body = &rest[at + open.len()..];
+        rest = match body.find(close) {
+            // A line comment keeps its newline.
+            Some(end) if close == "\n" => &body[end..],
+            Some(end) => &body[end + close.len()..],
+            None => "",
+        };
     }
+    out.push_str(rest);
+    out
 }
 
 /// One declaration: `.param [.align N] .type [.ptr [state space] [.align N]] name[[count]]`.
 fn param(decl: &str) -> Option<EntryParam> {
+    // `name [ 16 ]` as `name[16]`.
+    let decl = decl
+        .replace(" [", "[")
+        .replace("[ ", "[")
+        .replace(" ]", "]");
     let mut tokens = decl.split_whitespace();
     if tokens.next()? != ".param" {
         return None;
@@ -103,9 +116,14 @@ fn param(decl: &str) -> Option<EntryParam> {
 }
 
 fn type_size(token: &str) -> Option<usize> {
+    if token == ".bf16" {
+        return Some(2);
+    }
     let bits = token.get(2..)?.parse::<usize>().ok()?;
     match (&token[..2], bits) {
-        (".b" | ".u" | ".s", 8 | 16 | 32 | 64) | (".f", 16 | 32 | 64) => Some(bits / 8),
+        (".b" | ".u" | ".s", 8 | 16 | 32 | 64) | (".f", 16 | 32 | 64) | (".b", 128) => {
+            Some(bits / 8)
+        }
         _ => None,
     }
 }
@@ -128,8 +146,8 @@ mod tests {
 \t.param .u64 .ptr .global .align 1 add_kernel_param_0,
 \t.param .u64 .ptr .global .align 1 add_kernel_param_1,
 \t.param .u32 add_kernel_param_2,
-\t.param .f32 add_kernel_param_3, /* a comment, with a comma */
-\t.param .align 64 .b8 add_kernel_param_4[128],
+\t.param .f32 add_kernel_param_3, /* a comment, with a comma */ /*/ and another */
+\t.param .align 64 .b8 add_kernel_param_4 [ 128 ],
 \t.param .u64 .ptr .global .align 1 add_kernel_param_5,
 \t.param .u64 .ptr .global .align 1 add_kernel_param_6
 )
@@ -137,7 +155,7 @@ mod tests {
 {
 \tret;
 }
-.visible .entry add_kernel_2(.param .u8 flag)
+.visible .entry add_kernel_2(.param .u8 flag, .param .bf16 h, .param .b128 wide)
 {
 \tret;
 }
@@ -167,9 +185,16 @@ mod tests {
         );
         assert_eq!(
             entry_params(PTX, "add_kernel_2").unwrap().unwrap(),
-            [p(1, 1)]
+            [p(1, 1), p(2, 2), p(16, 16)]
         );
         assert_eq!(entry_params(PTX, "no_params").unwrap().unwrap(), []);
+    }
+
+    #[test]
+    fn many_comments_cost_one_pass() {
+        // Quadratic stripping would take minutes here.
+        let ptx = "//\n".repeat(1 << 20) + ".visible .entry k(.param .u32 a)\n{ret;}";
+        assert_eq!(entry_params(&ptx, "k").unwrap().unwrap(), [p(4, 4)]);
     }
 
     #[test]
@@ -179,7 +204,7 @@ mod tests {
         assert!(entry_params("// .entry add_kernel(.param .u32 a)\n", "add_kernel").is_none());
         let bad = ".visible .entry k(.param .u24 a)\n{ret;}";
         let error = entry_params(bad, "k").unwrap().unwrap_err();
-        assert!(error.contains("parameter 0 of entry k"), "{error}");
+        assert!(error.contains("the entry's parameter 0"), "{error}");
         let bad = ".visible .entry k(.param .u32 a[x])\n{ret;}";
         assert!(entry_params(bad, "k").unwrap().is_err());
     }

@@ -135,6 +135,14 @@ fn decodes_an_autotuned_call() {
         }]
     );
 
+    let mut bad = tuned.clone();
+    bad.configs[1].kernel_call.as_mut().unwrap().grid_0 = 0;
+    let error = Payload::decode(&encode(proto::AnyCall::Autotuned(bad)), true).unwrap_err();
+    assert!(
+        error.starts_with("autotuned call \"tuned\", configuration \"grid 2\": kernel axpy: grid"),
+        "{error}"
+    );
+
     let mut bad = tuned;
     bad.input_output_aliases[0].output_buffer_idx = 2;
     let error = Payload::decode(&encode(proto::AnyCall::Autotuned(bad)), true).unwrap_err();
@@ -182,7 +190,11 @@ fn bad_kernels_and_grids_are_errors_naming_the_kernel() {
         edit(&mut call);
         decode_one(call).unwrap_err()
     };
-    let cases: [(Edit, &str); 6] = [
+    let cases: [(Edit, &str); 7] = [
+        (
+            &|c| c.kernel.as_mut().unwrap().num_ctas = Some(0),
+            "kernel axpy: num_ctas = 0",
+        ),
         (&|c| c.grid_1 = 0, "kernel axpy: grid [4, 0, 1]"),
         (&|c| c.grid_2 = 65536, "kernel axpy: grid [4, 1, 65536]"),
         (
