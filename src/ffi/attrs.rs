@@ -18,7 +18,8 @@ pub enum Attr<'a> {
         len: usize,
         data: *const u8,
     },
-    String(&'a str),
+    /// A string attribute's bytes (jax passes `bytes` as they are, e.g. a compressed payload).
+    String(&'a [u8]),
     Dictionary(Attrs<'a>),
     Unknown(i32),
 }
@@ -93,10 +94,7 @@ impl<'a> Attrs<'a> {
                     } else {
                         std::slice::from_raw_parts(s.ptr.cast::<u8>(), s.len)
                     };
-                    match std::str::from_utf8(bytes) {
-                        Ok(text) => Attr::String(text),
-                        Err(_) => Attr::Unknown(kind),
-                    }
+                    Attr::String(bytes)
                 }
                 XLA_FFI_AttrType_DICTIONARY => {
                     Attr::Dictionary(Attrs::from_raw(&*(ptr as *const XLA_FFI_Attrs)))
@@ -171,7 +169,19 @@ impl<'a> FromAttr<'a> for &'a str {
     const EXPECTED: &'static str = "string";
     fn from_attr(attr: Attr<'a>) -> Result<Self, String> {
         match attr {
-            Attr::String(s) => Ok(s),
+            Attr::String(bytes) => std::str::from_utf8(bytes)
+                .map_err(|_| "expected a UTF-8 string, got other bytes".to_string()),
+            _ => Err(other_kind::<Self>(attr)),
+        }
+    }
+}
+
+/// A string attribute's bytes, UTF-8 or not.
+impl<'a> FromAttr<'a> for &'a [u8] {
+    const EXPECTED: &'static str = "string";
+    fn from_attr(attr: Attr<'a>) -> Result<Self, String> {
+        match attr {
+            Attr::String(bytes) => Ok(bytes),
             _ => Err(other_kind::<Self>(attr)),
         }
     }

@@ -1,6 +1,7 @@
 //! Services of the execution context: stage, stream, device ordinal, run id, device scratch
-//! memory, and the CPU thread pool.
+//! memory, the CPU thread pool, and all of a call's buffers for targets that take any number.
 
+use super::buffer::Buffer;
 use super::handler::CallFrame;
 use super::sys::api_fn;
 use super::sys::*;
@@ -201,5 +202,25 @@ impl crate::linalg::parallel::Pool for ThreadPool<'_> {
                 &mut args,
             )
             .is_ok()
+    }
+}
+
+/// Every operand and result of the call, in order: what a target that takes any number of them
+/// (`remaining = true`, as a compiled-kernel call) receives.
+pub struct Buffers<'a> {
+    pub args: Vec<Buffer<'a>>,
+    pub rets: Vec<Buffer<'a>>,
+}
+
+impl<'a> FromContext<'a> for Buffers<'a> {
+    fn from_context(call: &CallFrame<'a>) -> Result<Self> {
+        Ok(Buffers {
+            args: (0..call.arg_count())
+                .map(|i| call.arg(i))
+                .collect::<Result<_>>()?,
+            rets: (0..call.ret_count())
+                .map(|i| call.ret(i))
+                .collect::<Result<_>>()?,
+        })
     }
 }

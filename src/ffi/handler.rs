@@ -19,7 +19,13 @@ pub struct Signature {
     pub rets: &'static [&'static str],
     pub attrs: &'static [&'static str],
     pub traits: XLA_FFI_Handler_Traits,
+    /// Whether any number of further operands and results may follow the named ones (XLA's
+    /// `RemainingArgs` and `RemainingRets`), as a compiled-kernel call takes them.
+    pub remaining: bool,
 }
+
+/// The name of an operand or result past a signature's named ones.
+const REMAINING: &str = "remaining";
 
 /// A validated view of `XLA_FFI_CallFrame` for the duration of one call.
 #[derive(Clone, Copy)]
@@ -48,13 +54,25 @@ impl<'a> CallFrame<'a> {
         unsafe { Attrs::from_raw(&self.frame.attrs) }
     }
 
+    /// How many operands the call has (the signature's, or more where it takes the remaining).
+    pub fn arg_count(&self) -> usize {
+        self.frame.args.size as usize
+    }
+
+    pub fn ret_count(&self) -> usize {
+        self.frame.rets.size as usize
+    }
+
     pub fn arg(&self, index: usize) -> Result<Buffer<'a>> {
-        let operand = Operand::Arg {
-            index,
-            name: self.signature.args[index],
-        };
+        let name = self.signature.args.get(index).copied().unwrap_or(REMAINING);
+        let operand = Operand::Arg { index, name };
         let args = &self.frame.args;
-        // SAFETY: the count was checked against the signature in `invoke`.
+        if index >= self.arg_count() {
+            return Err(Error::internal(format!(
+                "{operand}: the call has no such operand"
+            )));
+        }
+        // SAFETY: within the call's operands (their count was checked in `invoke`).
         unsafe {
             self.buffer(
                 *args.types.add(index),
@@ -66,11 +84,14 @@ impl<'a> CallFrame<'a> {
     }
 
     pub fn ret(&self, index: usize) -> Result<Buffer<'a>> {
-        let operand = Operand::Ret {
-            index,
-            name: self.signature.rets[index],
-        };
+        let name = self.signature.rets.get(index).copied().unwrap_or(REMAINING);
+        let operand = Operand::Ret { index, name };
         let rets = &self.frame.rets;
+        if index >= self.ret_count() {
+            return Err(Error::internal(format!(
+                "{operand}: the call has no such result"
+            )));
+        }
         // SAFETY: as in `arg`.
         unsafe {
             self.buffer(
@@ -208,9 +229,11 @@ fn check_frame(frame: &XLA_FFI_CallFrame, signature: &Signature) -> Result<()> {
         ("results", frame.rets.size, signature.rets),
     ];
     for (what, got, names) in counts {
-        if got != names.len() as i64 {
+        let named = names.len() as i64;
+        if got < 0 || got < named || (got > named && !signature.remaining) {
+            let at_least = if signature.remaining { "at least " } else { "" };
             return Err(Error::invalid_argument(format!(
-                "expected {} {what} ({}), got {got}",
+                "expected {at_least}{} {what} ({}), got {got}",
                 names.len(),
                 names.join(", ")
             )));
@@ -328,7 +351,8 @@ pub fn unsupported_dtype(buffer: &Buffer<'_>) -> Error {
 /// Declares an XLA FFI handler: an `extern "C"` function bound to a signature (context
 /// values, operands, results and attributes, each decoded by type) and one function that
 /// receives them in that order (`traits = ...;` sets the handler's XLA traits, none by
-/// default). With `dtype T: Bound = operand;` the function is generic over
+/// default; `remaining = true;` lets any number of further operands and results follow, which
+/// the context value [`Buffers`](crate::ffi::Buffers) hands over). With `dtype T: Bound = operand;` the function is generic over
 /// the four LAPACK scalars and is called with `T` the element type of that operand (others
 /// are an error naming it); the types in the signature may use `T`.
 ///
@@ -367,6 +391,7 @@ macro_rules! ffi_handler {
             $( attr $attr:ident : $attr_ty:ty; )*
             $( dtype $t:ident : $bound:path = $dispatch:ident; )?
             $( traits = $traits:expr; )?
+            $( remaining = $remaining:literal; )?
             body = $body:expr;
         }
     ) => {
@@ -383,6 +408,7 @@ macro_rules! ffi_handler {
                 rets: &[$(stringify!($ret)),*],
                 attrs: &[$(stringify!($attr)),*],
                 traits: 0 $(| $traits)?,
+                remaining: false $(|| $remaining)?,
             };
             $crate::ffi::invoke(frame, &SIGNATURE, |call| {
                 $crate::ffi_handler!(@call call, [$($t, $bound, $dispatch)?],
@@ -414,6 +440,7 @@ macro_rules! ffi_handler {
                 rets: Names::RETS,
                 attrs: Names::ATTRS,
                 traits: 0,
+                remaining: false,
             };
             $crate::ffi::invoke(frame, &SIGNATURE, |call| {
                 $crate::ffi_handler!(@operands call, [$($t, $bound, $dispatch)?],

@@ -15,7 +15,9 @@ pub mod sys;
 pub use crate::error::{Error, ErrorCode, Result};
 pub use attrs::{Attr, Attrs, FromAttr, Span};
 pub use buffer::{checked_product, Array, Buffer, Matrices, MatrixBatch, Operand};
-pub use context::{DeviceOrdinal, FromContext, RunId, ScratchAllocator, Stage, Stream, ThreadPool};
+pub use context::{
+    Buffers, DeviceOrdinal, FromContext, RunId, ScratchAllocator, Stage, Stream, ThreadPool,
+};
 pub use dtype::{DataType, NativeType};
 pub use handler::{
     invoke, unsupported_dtype, CallFrame, FromBuffer, Platform, Registration, Signature,
