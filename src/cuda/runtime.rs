@@ -24,6 +24,11 @@ struct ContextModule {
 /// process, so entries are never evicted.
 static MODULES: OnceLock<Mutex<HashMap<usize, ContextModule>>> = OnceLock::new();
 
+/// Functions of code that ferrax did not build (compiled-kernel calls), keyed by context and
+/// the caller's key for the code (which must name one image and entry for the process's life);
+/// never evicted, as ferrax's own module is not.
+static USER_FUNCTIONS: OnceLock<Mutex<HashMap<(usize, usize), usize>>> = OnceLock::new();
+
 fn driver_error(what: &str, error: DriverError) -> Error {
     let name = error
         .error_name()
@@ -168,6 +173,104 @@ impl GpuStream {
                 e,
             )
         })
+    }
+
+    /// The entry `name` of the code `image` makes (NUL-terminated PTX text, or a cubin) in this
+    /// stream's context, loaded once per context and `key`.
+    pub fn user_function(
+        &self,
+        key: usize,
+        name: &str,
+        image: impl FnOnce() -> Vec<u8>,
+    ) -> Result<sys::CUfunction> {
+        let functions = USER_FUNCTIONS.get_or_init(Default::default);
+        let mut functions = functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&f) = functions.get(&(self.context as usize, key)) {
+            return Ok(f as sys::CUfunction);
+        }
+        let image = image();
+        // SAFETY: the context is current; the image is PTX text with its NUL, or a cubin.
+        let module = unsafe { result::module::load_data(image.as_ptr().cast()) }
+            .map_err(|e| driver_error(&format!("kernel {name}: loading its code"), e))?;
+        let entry = CString::new(name)
+            .map_err(|_| Error::invalid_argument(format!("kernel {name:?}: a NUL in its name")))?;
+        // SAFETY: the module was loaded into the current context.
+        let f = unsafe { result::module::get_function(module, entry) }
+            .map_err(|e| driver_error(&format!("kernel {name}: no such entry in its code"), e))?;
+        functions.insert((self.context as usize, key), f as usize);
+        Ok(f)
+    }
+
+    /// Enqueues `function` (named `name`, for errors) with `params`, one pointer per kernel
+    /// parameter to its value (the driver copies them), blocks of `block` threads along x, and
+    /// `cluster` blocks per cluster along x (`grid[0]` clusters).
+    ///
+    /// # Safety
+    /// `params` must match the entry's parameters, and the device memory they point to must
+    /// stay valid until the kernel has run on this stream.
+    pub unsafe fn launch_with_params(
+        &self,
+        function: sys::CUfunction,
+        name: &str,
+        grid: [u32; 3],
+        [block, cluster, shared]: [u32; 3],
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let what = format!(
+            "launching kernel {name} (grid {grid:?}, {block} threads, clusters of {cluster}, \
+             {shared} B shared)"
+        );
+        if shared as usize > self.max_shared_bytes()? {
+            return Err(Error::invalid_argument(format!(
+                "{what}: the device allows {} bytes of shared memory per block",
+                self.max_shared_bytes()?
+            )));
+        }
+        if shared > 48 << 10 {
+            result::function::set_function_attribute(
+                function,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared as i32,
+            )
+            .map_err(|e| driver_error(&what, e))?;
+        }
+        if cluster == 1 {
+            return result::launch_kernel(
+                function,
+                (grid[0], grid[1], grid[2]),
+                (block, 1, 1),
+                shared,
+                self.stream,
+                params,
+            )
+            .map_err(|e| driver_error(&what, e));
+        }
+        // As jaxlib launches clusters: along x, spread over the GPCs.
+        let mut attributes: [sys::CUlaunchAttribute; 2] = std::mem::zeroed();
+        attributes[0].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attributes[0].value.clusterDim.x = cluster;
+        attributes[0].value.clusterDim.y = 1;
+        attributes[0].value.clusterDim.z = 1;
+        attributes[1].id =
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+        attributes[1].value.clusterSchedulingPolicyPreference =
+            sys::CUclusterSchedulingPolicy::CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid[0] * cluster,
+            gridDimY: grid[1],
+            gridDimZ: grid[2],
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared,
+            hStream: self.stream,
+            attrs: attributes.as_mut_ptr(),
+            numAttrs: attributes.len() as u32,
+        };
+        check(
+            &what,
+            sys::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut()),
+        )
     }
 
     /// A device array of `count` pointers, `base + i·stride_bytes`, in `scratch` (the batched

@@ -23,6 +23,7 @@ families!(
     eigh,
     getrf,
     hessenberg,
+    kernel_call,
     lu_solve,
     pivots,
     potrf,
@@ -40,6 +41,3 @@ families!(
 /// What the geev and gees families share: their results differ between real and complex
 /// input.
 pub mod eigenvalues;
-
-/// Compiled-kernel calls (jaxlib's Triton contract): read and checked on the host.
-pub mod kernel_call;

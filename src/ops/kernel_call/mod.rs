@@ -1,5 +1,6 @@
 //! Compiled-kernel calls: jaxlib's Triton kernel-call contract (`triton_kernel_call`, emitted
-//! by jax-triton), read and checked here on any platform; the launch is the CUDA part's.
+//! by jax-triton), read and checked here on any platform; the launch is the CUDA part's
+//! (`cuda.rs`, target `ferrax_triton_kernel_call`).
 //!
 //! jaxlib's contract (`jaxlib/gpu/triton_kernels.cc`): the `opaque` attribute is a
 //! zlib-compressed `TritonAnyKernelCall` proto ([`proto`]): one kernel call, or an autotuned
@@ -15,8 +16,16 @@
 //! its `.param` list takes these parameters (sizes; the two trailing pointers may be absent), the
 //! block and grid are within every CUDA device's limits, and the sizes add up.
 
+pub mod cuda;
 pub mod proto;
 pub mod ptx;
+
+use std::ffi::CStr;
+
+/// ferrax's target for jaxlib's `triton_kernel_call_ffi` contract (registered for CUDA).
+pub const TRITON_KERNEL_CALL: &CStr = c"ferrax_triton_kernel_call";
+
+pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cuda::HANDLERS];
 
 use prost::Message;
 use ptx::EntryParam;
