@@ -19,6 +19,7 @@ mod rng;
 
 mod emulated {
     pub mod host;
+    pub mod kernel_call;
     pub mod scalar;
 }
 
@@ -88,6 +89,10 @@ fn cases() -> Vec<Case> {
         ));
     }
     cases.push(("threefry2x32_bits".into(), Box::new(threefry2x32_bits)));
+    cases.push((
+        "triton_kernel_call".into(),
+        Box::new(emulated::kernel_call::triton_kernel_call),
+    ));
     cases
 }
 

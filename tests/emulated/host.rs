@@ -172,6 +172,8 @@ pub enum Attr {
     I32(i32),
     I64(i64),
     F32(f32),
+    /// A string attribute's bytes (jax passes `bytes` as they are).
+    Bytes(&'static [u8]),
 }
 
 /// The attribute's dtype and bytes (an 8-byte buffer, the value at its start).
@@ -188,6 +190,7 @@ fn attr_bytes(value: Attr) -> (i32, [u8; 8]) {
         Attr::I32(v) => (DataType::S32.to_raw(), widen(&v.to_ne_bytes())),
         Attr::I64(v) => (DataType::S64.to_raw(), widen(&v.to_ne_bytes())),
         Attr::F32(v) => (DataType::F32.to_raw(), widen(&v.to_ne_bytes())),
+        Attr::Bytes(_) => unreachable!("a string attribute has no scalar bytes"),
     }
 }
 
@@ -233,7 +236,18 @@ fn call_frame(
             len: name.len(),
         })
         .collect();
-    let mut values: Vec<(i32, [u8; 8])> = attrs.iter().map(|(_, v)| attr_bytes(*v)).collect();
+    // Each attribute's struct: a scalar (its bytes in `values`) or a string's byte span.
+    let mut values: Vec<(i32, [u8; 8])> = Vec::new();
+    let mut spans: Vec<XLA_FFI_ByteSpan> = Vec::new();
+    for (_, value) in &attrs {
+        match value {
+            Attr::Bytes(bytes) => spans.push(XLA_FFI_ByteSpan {
+                ptr: bytes.as_ptr().cast(),
+                len: bytes.len(),
+            }),
+            scalar => values.push(attr_bytes(*scalar)),
+        }
+    }
     let mut scalars: Vec<XLA_FFI_Scalar> = values
         .iter_mut()
         .map(|(dtype, bytes)| XLA_FFI_Scalar {
@@ -241,12 +255,21 @@ fn call_frame(
             value: bytes.as_mut_ptr().cast(),
         })
         .collect();
-    let mut attr_types = vec![XLA_FFI_AttrType_SCALAR; attrs.len()];
+    let (mut next_scalar, mut next_span) = (scalars.iter_mut(), spans.iter_mut());
+    let (mut attr_types, mut attr_ptrs): (Vec<_>, Vec<*mut c_void>) = attrs
+        .iter()
+        .map(|(_, value)| match value {
+            Attr::Bytes(_) => (
+                XLA_FFI_AttrType_STRING,
+                (next_span.next().expect("a span per string") as *mut XLA_FFI_ByteSpan).cast(),
+            ),
+            _ => (
+                XLA_FFI_AttrType_SCALAR,
+                (next_scalar.next().expect("a scalar per scalar") as *mut XLA_FFI_Scalar).cast(),
+            ),
+        })
+        .unzip();
     let mut name_ptrs: Vec<*mut XLA_FFI_ByteSpan> = names.iter_mut().map(|n| n as *mut _).collect();
-    let mut attr_ptrs: Vec<*mut c_void> = scalars
-        .iter_mut()
-        .map(|s| (s as *mut XLA_FFI_Scalar).cast())
-        .collect();
     let mut context = Context { device };
     let api = api();
     let mut frame = XLA_FFI_CallFrame {

@@ -6,6 +6,7 @@
 
 use crate::memory;
 use crate::problem;
+use crate::user_kernels::{user_kernel, Launch, UserKernel};
 use ferrax_kernels::launch::{host_entry, HostEntry};
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -176,10 +177,26 @@ struct Module {
     entries: HashSet<String>,
 }
 
+/// A function's host build: one of ferrax's kernels (an argument struct), or a kernel-call's
+/// (one pointer per parameter).
+enum Build {
+    Ferrax(&'static HostEntry),
+    User(&'static UserKernel),
+}
+
 /// A function of a module: its host build, and the dynamic shared memory it may use.
 struct Function {
-    entry: &'static HostEntry,
+    build: Build,
     max_dynamic_shared: usize,
+}
+
+impl Function {
+    fn name(&self) -> &'static str {
+        match self.build {
+            Build::Ferrax(entry) => entry.name,
+            Build::User(kernel) => kernel.name,
+        }
+    }
 }
 
 static MODULES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
@@ -230,12 +247,17 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     }
     let name = CStr::from_ptr(name).to_string_lossy().into_owned();
     let module = &*(module as *const Module);
-    let (true, Some(entry)) = (module.entries.contains(&name), host_entry(&name)) else {
+    let build = match (host_entry(&name), user_kernel(&name)) {
+        (Some(entry), _) => Build::Ferrax(entry),
+        (None, Some(kernel)) => Build::User(kernel),
+        (None, None) => return CUDA_ERROR_NOT_FOUND,
+    };
+    if !module.entries.contains(&name) {
         // Not a problem: ferrax turns it into an error naming the kernel.
         return CUDA_ERROR_NOT_FOUND;
-    };
+    }
     let handle = Box::into_raw(Box::new(Function {
-        entry,
+        build,
         max_dynamic_shared: DEFAULT_SHARED,
     })) as usize;
     FUNCTIONS
@@ -289,7 +311,7 @@ pub extern "C" fn cuFuncSetAttribute(
             problem(format!(
                 "cuFuncSetAttribute({}): {value} bytes of dynamic shared memory, past the \
                  device's {MAX_SHARED_OPTIN}",
-                f.entry.name
+                f.name()
             ));
             CUDA_ERROR_INVALID_VALUE
         }
@@ -320,36 +342,78 @@ pub unsafe extern "C" fn cuLaunchKernel(
     let Some(f) = function(handle, "cuLaunchKernel") else {
         return CUDA_ERROR_INVALID_HANDLE;
     };
-    let name = f.entry.name;
-    if !context_current("cuLaunchKernel") {
+    if !extra.is_null() {
+        return launch_problem(f.name(), "`extra` is not emulated".into());
+    }
+    let launch = Launch {
+        grid: [grid_x, grid_y, grid_z],
+        block: [block_x, block_y, block_z],
+        cluster: 1,
+    };
+    run_launch(f, launch, shared_bytes, stream, params, "cuLaunchKernel")
+}
+
+/// Checks and runs one launch of `f` (from `cuLaunchKernel` or `cuLaunchKernelEx`).
+unsafe fn run_launch(
+    f: &Function,
+    launch: Launch,
+    shared_bytes: c_uint,
+    stream: *mut c_void,
+    params: *mut *mut c_void,
+    what: &str,
+) -> CUresult {
+    let name = f.name();
+    if !context_current(what) {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    if !known_stream(stream, "cuLaunchKernel") {
+    if !known_stream(stream, what) {
         return CUDA_ERROR_INVALID_HANDLE;
     }
-    if (grid_y, grid_z, block_y, block_z) != (1, 1, 1, 1) {
-        return launch_problem(name, "ferrax's kernels are 1-D: y and z must be 1".into());
-    }
+    let ([grid_x, grid_y, grid_z], [block_x, block_y, block_z]) = (launch.grid, launch.block);
     if grid_x == 0 || grid_x > i32::MAX as c_uint || block_x == 0 || block_x > 1024 {
         return launch_problem(name, format!("grid {grid_x}, block {block_x}"));
     }
     let shared = shared_bytes as usize;
     if shared > f.max_dynamic_shared {
         problem(format!(
-            "cuLaunchKernel({name}): {shared} bytes of dynamic shared memory, {} allowed \
+            "{what}({name}): {shared} bytes of dynamic shared memory, {} allowed \
              (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES past 48 KiB)",
             f.max_dynamic_shared
         ));
         return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     }
-    if !extra.is_null() || params.is_null() || (*params).is_null() {
+    if params.is_null() {
+        return launch_problem(name, "expected kernelParams".into());
+    }
+    let entry = match f.build {
+        Build::User(kernel) => {
+            if [grid_y, grid_z].iter().any(|&g| g == 0 || g > 65535) || (block_y, block_z) != (1, 1)
+            {
+                return launch_problem(
+                    name,
+                    format!("grid {:?}, block {:?}", launch.grid, launch.block),
+                );
+            }
+            if (0..kernel.params).any(|i| (*params.add(i)).is_null()) {
+                return launch_problem(name, format!("expected {} parameters", kernel.params));
+            }
+            crate::record_call(name);
+            (kernel.run)(launch, params);
+            return CUDA_SUCCESS;
+        }
+        Build::Ferrax(entry) => entry,
+    };
+    if (grid_y, grid_z, block_y, block_z) != (1, 1, 1, 1) || launch.cluster != 1 {
+        return launch_problem(name, "ferrax's kernels are 1-D: y and z must be 1".into());
+    }
+    if (*params).is_null() {
         return launch_problem(
             name,
             "expected kernelParams with the argument struct".into(),
         );
     }
     // The argument struct, copied as the driver copies `.param` space.
-    let layout = f.entry.args;
+    let layout = entry.args;
     let mut args = vec![0u64; layout.size.div_ceil(8)];
     std::ptr::copy_nonoverlapping(
         (*params).cast::<u8>(),
@@ -357,7 +421,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
         layout.size,
     );
     let args = args.as_ptr() as usize;
-    let run = f.entry.run;
+    let run = entry.run;
     crate::record_call(name);
     ferrax_kernels::grid::launch(
         grid_x,
@@ -368,6 +432,94 @@ pub unsafe extern "C" fn cuLaunchKernel(
         || unsafe { run(args as *const c_void) },
     );
     CUDA_SUCCESS
+}
+
+/// `CUlaunchConfig` and `CUlaunchAttribute` as the driver lays them out (CUDA 12+).
+#[repr(C)]
+pub struct CUlaunchConfig {
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared_bytes: c_uint,
+    stream: *mut c_void,
+    attrs: *const CUlaunchAttribute,
+    num_attrs: c_uint,
+}
+
+#[repr(C)]
+pub struct CUlaunchAttribute {
+    id: c_int,
+    pad: [u8; 4],
+    /// The value union (64 bytes); a cluster dimension is its first three words.
+    value: [c_uint; 16],
+}
+
+const CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: c_int = 4;
+const CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: c_int = 5;
+/// Blocks per cluster every device with clusters (sm_90) allows without opting in.
+const MAX_PORTABLE_CLUSTER: c_uint = 8;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLaunchKernelEx(
+    config: *const CUlaunchConfig,
+    handle: *mut c_void,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    let Some(f) = function(handle, "cuLaunchKernelEx") else {
+        return CUDA_ERROR_INVALID_HANDLE;
+    };
+    let Some(config) = config.as_ref() else {
+        return launch_problem(f.name(), "cuLaunchKernelEx without a config".into());
+    };
+    if !extra.is_null() {
+        return launch_problem(f.name(), "`extra` is not emulated".into());
+    }
+    let attributes = if config.num_attrs == 0 {
+        &[][..]
+    } else {
+        std::slice::from_raw_parts(config.attrs, config.num_attrs as usize)
+    };
+    let mut cluster = 1;
+    for attribute in attributes {
+        match attribute.id {
+            CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION => {
+                let [x, y, z] = [attribute.value[0], attribute.value[1], attribute.value[2]];
+                if x == 0 || x > MAX_PORTABLE_CLUSTER || (y, z) != (1, 1) {
+                    return launch_problem(f.name(), format!("cluster {:?}", [x, y, z]));
+                }
+                cluster = x;
+            }
+            CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE => {}
+            other => {
+                return launch_problem(
+                    f.name(),
+                    format!("launch attribute {other} is not emulated"),
+                )
+            }
+        }
+    }
+    if config.grid[0] % cluster != 0 {
+        return launch_problem(
+            f.name(),
+            format!(
+                "grid x {} is not a multiple of the cluster's {cluster}",
+                config.grid[0]
+            ),
+        );
+    }
+    let launch = Launch {
+        grid: config.grid,
+        block: config.block,
+        cluster,
+    };
+    run_launch(
+        f,
+        launch,
+        config.shared_bytes,
+        config.stream,
+        params,
+        "cuLaunchKernelEx",
+    )
 }
 
 #[no_mangle]

@@ -11,7 +11,9 @@
 //!   program order), `cuModuleLoadData` on ferrax's PTX, `cuModuleGetFunction` by entry name
 //!   (it must be in the PTX and in the kernels crate's host tables), and `cuLaunchKernel`
 //!   running the host build of the entry on the kernels crate's grid emulator with the launch's
-//!   grid, block, shared memory and argument struct.
+//!   grid, block, shared memory and argument struct; entries of code ferrax did not build (a
+//!   kernel call's) run their host builds in [`user_kernels`], also through
+//!   `cuLaunchKernelEx` with clusters.
 //! - [`blas`], [`solver`]: the cuBLAS and cuSOLVER routines ferrax calls, on host memory, with
 //!   LAPACK (the `ferrax-cpu-fallback` table, filled from `FERRAX_TEST_LAPACK`) underneath;
 //!   they check what NVIDIA's check (leading dimensions, workspace sizes against their own
@@ -25,6 +27,7 @@ pub mod blas;
 pub mod driver;
 pub mod memory;
 pub mod solver;
+pub mod user_kernels;
 
 use std::ffi::c_char;
 use std::sync::Mutex;
