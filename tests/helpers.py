@@ -257,3 +257,34 @@ def tridiagonal_matrix(dl, d, du):
     m[..., i[1:], i[:-1]] = dl[..., 1:]
     m[..., i[:-1], i[1:]] = du[..., :-1]
     return m
+
+
+def triton_like_call(opaque: bytes, **attributes):
+    """A jitted ``f(x, y) -> out`` (``out`` shaped as ``x``) that lowers for CUDA as jax-triton's
+    ``triton_call`` does: its rule calls ``jax.ffi.ffi_lowering`` with jaxlib's Triton target,
+    the payload and ``attributes``."""
+    from jax.interpreters import mlir
+
+    try:
+        from jax.extend.core import Primitive
+    except ImportError:  # jax 0.10
+        from jax.core import Primitive
+
+    primitive = Primitive("triton_like_call")
+    primitive.def_abstract_eval(lambda x, y: jax.core.ShapedArray(x.shape, x.dtype))
+
+    def lowering(ctx, x, y):
+        rule = jax.ffi.ffi_lowering("triton_kernel_call", api_version=4)
+        return rule(ctx, x, y, opaque=opaque, **attributes)
+
+    mlir.register_lowering(primitive, lowering, platform="cuda")
+    return jax.jit(primitive.bind)
+
+
+def triton_payloads() -> dict:
+    """``tests/data/triton_payloads.npz``: jax-triton's payloads of Triton's ``scaled_add``
+    (``plain``) and an autotuned add (``tuned``), as bytes."""
+    import pathlib
+
+    with np.load(pathlib.Path(__file__).parent / "data" / "triton_payloads.npz") as saved:
+        return {key: saved[key].tobytes() for key in ("plain", "tuned")}

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import ferrax
+from helpers import triton_like_call, triton_payloads
 
 
 def _serializer():
@@ -243,8 +244,7 @@ def test_real_triton_payloads():
     """jax-triton's lowering for CUDA of two Triton kernels (real Triton PTX, made on a host
     without a GPU by tests/data/make_triton_payloads.py): what the generator asked for comes
     back, and Triton's entries declare the call's parameters and then the two pointers."""
-    with np.load(pathlib.Path(__file__).parent / "data" / "triton_payloads.npz") as saved:
-        plain, tuned = saved["plain"].tobytes(), saved["tuned"].tobytes()
+    plain, tuned = triton_payloads()["plain"], triton_payloads()["tuned"]
     got = ferrax.describe_triton_call(plain)
     (call,) = got["calls"]
     n = 1000
@@ -267,3 +267,44 @@ def test_real_triton_payloads():
     for c in got["calls"]:
         assert c["params"] == [array, {"kind": "i32", "value": n}, array]
         assert c["entry_params"] == _entry(["array", "i32", "array"], 2)
+
+
+# --- install(): jax-triton's calls lowered to ferrax's target -------------------------------
+
+def _lowered_targets(opaque: bytes, *, extra=None, export=None) -> list[str]:
+    """The custom-call targets of a call lowered for CUDA as jax-triton's ``triton_call`` is, on
+    this machine without a GPU."""
+    import re
+
+    import jax.numpy as jnp
+
+    f = triton_like_call(opaque, **(extra or {}))
+    x = jnp.ones(1000, jnp.float32)
+    if export is None:
+        text = f.trace(x, x).lower(lowering_platforms=("cuda",)).as_text()
+    else:
+        text = export(f, platforms=["cuda"])(x, x).mlir_module()
+    return re.findall(r"custom_call @(\w+)", text)
+
+
+def test_install_lowers_jax_triton_calls_to_ferrax(installed):
+    import jax
+
+    payloads = triton_payloads()
+    plain, tuned = payloads["plain"], payloads["tuned"]
+    assert _lowered_targets(plain) == ["ferrax_triton_kernel_call"]
+    assert _lowered_targets(plain, export=ferrax.export) == ["ferrax_triton_kernel_call"]
+    # What ferrax's target does not launch (autotuned sets, extra attributes, payloads it
+    # refuses) and plain exports stay on jaxlib's target.
+    assert _lowered_targets(tuned) == ["triton_kernel_call"]
+    assert _lowered_targets(plain, extra={"cost_estimate_json": "{}"}) == ["triton_kernel_call"]
+    assert _lowered_targets(plain[:-4]) == ["triton_kernel_call"]
+    # A plain export keeps jaxlib's target, which jax refuses to export (no compatibility
+    # guarantee), as it does without ferrax.
+    with pytest.raises(ValueError, match="triton_kernel_call"):
+        _lowered_targets(plain, export=jax.export.export)
+    ferrax.uninstall()
+    try:
+        assert _lowered_targets(plain) == ["triton_kernel_call"]
+    finally:
+        ferrax.install()

@@ -18,7 +18,8 @@ code runs on ferrax. Three tables say everything install() does:
   saves and restores itself: the LAPACK names, the table's lowering rules, module attributes
   (jax's ``cholesky`` becomes ``ferrax.linalg.cholesky``, one call where jax symmetrizes and
   takes ``tril`` outside its primitive; the sparse rule the BCSR lowering looks up), batching
-  rules, and the shapes of jax's RNN (sized by ferrax, where jax's ask a GPU).
+  rules, the shapes of jax's RNN (sized by ferrax, where jax's ask a GPU), and
+  ``jax.ffi.ffi_lowering``, through which jax-triton's calls reach ferrax's kernel-call target.
 
 Every rule install() places lowers by jax's own rule when lowering for a plain
 ``jax.export.export`` (``_export``): the rows' rules, jax's other CPU linalg rules (wrapped so
@@ -53,7 +54,7 @@ from jax.experimental.sparse import linalg as jax_sparse_linalg
 # which must already be in place when install() saves the rules it replaces.
 from jax.experimental.sparse import _lowerings as sparse_lowerings
 
-from ferrax import _export, _primitives, _rules, _targets as T, linalg, rnn, sparse
+from ferrax import _export, _kernel_call, _primitives, _rules, _targets as T, linalg, rnn, sparse
 from ferrax._registry import register
 
 #: jaxlib's LAPACK function base name -> the ferrax target with the same contract (jax names
@@ -363,6 +364,9 @@ _PATCHES = [
     _item(batching.fancy_primitive_batchers, jax_rnn.rnn_bwd_p, _rules.rnn_bwd_batcher),
     # jax's spsolve has no batching rule; ferrax's primitive takes batches.
     _item(batching.fancy_primitive_batchers, jax_sparse_linalg.spsolve_p, sparse.batcher),
+    # jax-triton's calls (its lowering calls jax.ffi.ffi_lowering with jaxlib's Triton target).
+    _attribute(jax.ffi, "ffi_lowering",
+               _kernel_call.ffi_lowering_taking_triton_calls(jax.ffi.ffi_lowering)),
 ]
 
 _lock = threading.Lock()
