@@ -146,15 +146,8 @@ impl GpuStream {
             return Ok(());
         }
         let function = self.function(config.kernel)?;
-        if config.shared_bytes > 48 << 10 {
-            // Above 48 KiB a kernel must opt in to its dynamic shared memory.
-            result::function::set_function_attribute(
-                function,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                config.shared_bytes as i32,
-            )
+        opt_in_shared(function, config.shared_bytes)
             .map_err(|e| driver_error(&format!("kernel {}: shared memory", config.kernel), e))?;
-        }
         let mut params = [&args as *const A as *mut c_void];
         result::launch_kernel(
             function,
@@ -220,20 +213,13 @@ impl GpuStream {
             "launching kernel {name} (grid {grid:?}, {block} threads, clusters of {cluster}, \
              {shared} B shared)"
         );
-        if shared as usize > self.max_shared_bytes()? {
+        let allowed = self.max_shared_bytes()?;
+        if shared as usize > allowed {
             return Err(Error::invalid_argument(format!(
-                "{what}: the device allows {} bytes of shared memory per block",
-                self.max_shared_bytes()?
+                "{what}: the device allows {allowed} bytes of shared memory per block"
             )));
         }
-        if shared > 48 << 10 {
-            result::function::set_function_attribute(
-                function,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared as i32,
-            )
-            .map_err(|e| driver_error(&what, e))?;
-        }
+        opt_in_shared(function, shared).map_err(|e| driver_error(&what, e))?;
         if cluster == 1 {
             return result::launch_kernel(
                 function,
@@ -358,6 +344,21 @@ impl GpuStream {
             )
         }
         .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
+    }
+}
+
+/// Above 48 KiB a kernel must opt in to its dynamic shared memory.
+fn opt_in_shared(function: sys::CUfunction, bytes: u32) -> std::result::Result<(), DriverError> {
+    if bytes <= 48 << 10 {
+        return Ok(());
+    }
+    // SAFETY: a function of a module loaded in the current context.
+    unsafe {
+        result::function::set_function_attribute(
+            function,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
     }
 }
 
