@@ -21,6 +21,7 @@ mod emulated {
     pub mod host;
     pub mod kernel_call;
     pub mod scalar;
+    pub mod typed_kernel_call;
 }
 
 use emulated::host::{run, Attr, Device};
@@ -92,6 +93,10 @@ fn cases() -> Vec<Case> {
     cases.push((
         "triton_kernel_call".into(),
         Box::new(emulated::kernel_call::triton_kernel_call),
+    ));
+    cases.push((
+        "kernel_call".into(),
+        Box::new(emulated::typed_kernel_call::kernel_call),
     ));
     cases
 }

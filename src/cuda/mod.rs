@@ -17,4 +17,4 @@ mod runtime;
 
 pub(crate) use kernels::{small_kernel, GpuScalar};
 pub(crate) use library::{library_dims, library_int, GpuLibrary};
-pub use runtime::{Bound, GpuStream, HandlePool, Library, KERNELS_PTX};
+pub use runtime::{Bound, GpuStream, HandlePool, LaunchShape, Library, KERNELS_PTX};

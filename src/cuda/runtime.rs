@@ -60,6 +60,16 @@ fn ensure_driver() -> Result<()> {
         .map_err(Error::failed_precondition)
 }
 
+/// The shape of a launch of code ferrax did not build: `grid` (in clusters along x), `block`
+/// (threads), `cluster` blocks per cluster along x, `shared` bytes of dynamic shared memory.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchShape {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub cluster: u32,
+    pub shared: u32,
+}
+
 /// XLA's stream for this call with its context made current on this thread (and restored when
 /// dropped), plus ferrax's module in that context. All work is enqueued on XLA's stream, so
 /// nothing here synchronizes with the host.
@@ -195,8 +205,7 @@ impl GpuStream {
     }
 
     /// Enqueues `function` (named `name`, for errors) with `params`, one pointer per kernel
-    /// parameter to its value (the driver copies them), blocks of `block` threads along x, and
-    /// `cluster` blocks per cluster along x (`grid[0]` clusters).
+    /// parameter to its value (the driver copies them), in the launch `shape`.
     ///
     /// # Safety
     /// `params` must match the entry's parameters, and the device memory they point to must
@@ -205,12 +214,17 @@ impl GpuStream {
         &self,
         function: sys::CUfunction,
         name: &str,
-        grid: [u32; 3],
-        [block, cluster, shared]: [u32; 3],
+        shape: LaunchShape,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        let LaunchShape {
+            grid,
+            block,
+            cluster,
+            shared,
+        } = shape;
         let what = format!(
-            "launching kernel {name} (grid {grid:?}, {block} threads, clusters of {cluster}, \
+            "launching kernel {name} (grid {grid:?}, block {block:?}, clusters of {cluster}, \
              {shared} B shared)"
         );
         let allowed = self.max_shared_bytes()?;
@@ -224,7 +238,7 @@ impl GpuStream {
             return result::launch_kernel(
                 function,
                 (grid[0], grid[1], grid[2]),
-                (block, 1, 1),
+                (block[0], block[1], block[2]),
                 shared,
                 self.stream,
                 params,
@@ -245,9 +259,9 @@ impl GpuStream {
             gridDimX: grid[0] * cluster,
             gridDimY: grid[1],
             gridDimZ: grid[2],
-            blockDimX: block,
-            blockDimY: 1,
-            blockDimZ: 1,
+            blockDimX: block[0],
+            blockDimY: block[1],
+            blockDimZ: block[2],
             sharedMemBytes: shared,
             hStream: self.stream,
             attrs: attributes.as_mut_ptr(),

@@ -170,27 +170,126 @@ pub enum Attr {
     U8(u8),
     Bool(bool),
     I32(i32),
+    U32(u32),
     I64(i64),
+    U64(u64),
     F32(f32),
+    F64(f64),
     /// A string attribute's bytes (jax passes `bytes` as they are).
     Bytes(&'static [u8]),
+    /// A dense s64 array (a NumPy array in `ffi_call`).
+    I64s(&'static [i64]),
+    /// A dictionary (a Python dict).
+    Dict(&'static [(&'static str, Attr)]),
 }
 
-/// The attribute's dtype and bytes (an 8-byte buffer, the value at its start).
-fn attr_bytes(value: Attr) -> (i32, [u8; 8]) {
+/// A scalar attribute's dtype and bytes (an 8-byte buffer, the value at its start).
+fn scalar_bytes(value: Attr) -> Option<(i32, [u8; 8])> {
     use ferrax::ffi::DataType;
     let widen = |bytes: &[u8]| {
         let mut out = [0; 8];
         out[..bytes.len()].copy_from_slice(bytes);
         out
     };
-    match value {
+    Some(match value {
         Attr::U8(v) => (DataType::U8.to_raw(), widen(&[v])),
         Attr::Bool(v) => (DataType::Pred.to_raw(), widen(&[v as u8])),
         Attr::I32(v) => (DataType::S32.to_raw(), widen(&v.to_ne_bytes())),
+        Attr::U32(v) => (DataType::U32.to_raw(), widen(&v.to_ne_bytes())),
         Attr::I64(v) => (DataType::S64.to_raw(), widen(&v.to_ne_bytes())),
+        Attr::U64(v) => (DataType::U64.to_raw(), widen(&v.to_ne_bytes())),
         Attr::F32(v) => (DataType::F32.to_raw(), widen(&v.to_ne_bytes())),
-        Attr::Bytes(_) => unreachable!("a string attribute has no scalar bytes"),
+        Attr::F64(v) => (DataType::F64.to_raw(), widen(&v.to_ne_bytes())),
+        Attr::Bytes(_) | Attr::I64s(_) | Attr::Dict(_) => return None,
+    })
+}
+
+/// `XLA_FFI_Attrs` of some attributes (sorted by name, as XLA sends them) with the storage it
+/// points into (heap allocations, which stay put when this moves).
+struct AttrsFrame {
+    raw: XLA_FFI_Attrs,
+    _names: Vec<XLA_FFI_ByteSpan>,
+    _name_ptrs: Vec<*mut XLA_FFI_ByteSpan>,
+    _types: Vec<XLA_FFI_AttrType>,
+    _ptrs: Vec<*mut c_void>,
+    _storage: Vec<Box<dyn std::any::Any>>,
+}
+
+impl AttrsFrame {
+    fn new(attrs: &[(&str, Attr)]) -> Box<Self> {
+        let mut attrs = attrs.to_vec();
+        attrs.sort_by_key(|(name, _)| *name);
+        let mut names: Vec<XLA_FFI_ByteSpan> = attrs
+            .iter()
+            .map(|(name, _)| XLA_FFI_ByteSpan {
+                ptr: name.as_ptr().cast(),
+                len: name.len(),
+            })
+            .collect();
+        let mut storage: Vec<Box<dyn std::any::Any>> = Vec::new();
+        let (mut types, mut ptrs): (Vec<XLA_FFI_AttrType>, Vec<*mut c_void>) = attrs
+            .iter()
+            .map(|&(_, value)| {
+                // Each attribute's struct, boxed so that its address is fixed.
+                let (kind, ptr): (_, *mut c_void) = match value {
+                    Attr::Bytes(bytes) => {
+                        let mut span = Box::new(XLA_FFI_ByteSpan {
+                            ptr: bytes.as_ptr().cast(),
+                            len: bytes.len(),
+                        });
+                        let ptr = (&mut *span as *mut XLA_FFI_ByteSpan).cast();
+                        storage.push(span);
+                        (XLA_FFI_AttrType_STRING, ptr)
+                    }
+                    Attr::I64s(values) => {
+                        let mut array = Box::new(XLA_FFI_Array {
+                            dtype: <i64 as NativeType>::DTYPE.to_raw(),
+                            size: values.len(),
+                            data: values.as_ptr() as *mut c_void,
+                        });
+                        let ptr = (&mut *array as *mut XLA_FFI_Array).cast();
+                        storage.push(array);
+                        (XLA_FFI_AttrType_ARRAY, ptr)
+                    }
+                    Attr::Dict(entries) => {
+                        let mut dict = AttrsFrame::new(entries);
+                        let ptr = (&mut dict.raw as *mut XLA_FFI_Attrs).cast();
+                        storage.push(dict);
+                        (XLA_FFI_AttrType_DICTIONARY, ptr)
+                    }
+                    scalar => {
+                        let (dtype, bytes) = scalar_bytes(scalar).expect("a scalar");
+                        let mut bytes = Box::new(bytes);
+                        let mut scalar = Box::new(XLA_FFI_Scalar {
+                            dtype,
+                            value: bytes.as_mut_ptr().cast(),
+                        });
+                        let ptr = (&mut *scalar as *mut XLA_FFI_Scalar).cast();
+                        storage.push(bytes);
+                        storage.push(scalar);
+                        (XLA_FFI_AttrType_SCALAR, ptr)
+                    }
+                };
+                (kind, ptr)
+            })
+            .unzip();
+        let mut name_ptrs: Vec<*mut XLA_FFI_ByteSpan> =
+            names.iter_mut().map(|n| n as *mut _).collect();
+        Box::new(AttrsFrame {
+            raw: XLA_FFI_Attrs {
+                struct_size: XLA_FFI_Attrs_STRUCT_SIZE,
+                extension_start: ptr::null_mut(),
+                size: attrs.len() as i64,
+                types: types.as_mut_ptr(),
+                names: name_ptrs.as_mut_ptr(),
+                attrs: ptrs.as_mut_ptr(),
+            },
+            _names: names,
+            _name_ptrs: name_ptrs,
+            _types: types,
+            _ptrs: ptrs,
+            _storage: storage,
+        })
     }
 }
 
@@ -226,50 +325,7 @@ fn call_frame(
         .iter_mut()
         .map(|b| (b as *mut XLA_FFI_Buffer).cast())
         .collect();
-    // XLA sends attributes sorted by name.
-    let mut attrs = attrs.to_vec();
-    attrs.sort_by_key(|(name, _)| *name);
-    let mut names: Vec<XLA_FFI_ByteSpan> = attrs
-        .iter()
-        .map(|(name, _)| XLA_FFI_ByteSpan {
-            ptr: name.as_ptr().cast(),
-            len: name.len(),
-        })
-        .collect();
-    // Each attribute's struct: a scalar (its bytes in `values`) or a string's byte span.
-    let mut values: Vec<(i32, [u8; 8])> = Vec::new();
-    let mut spans: Vec<XLA_FFI_ByteSpan> = Vec::new();
-    for (_, value) in &attrs {
-        match value {
-            Attr::Bytes(bytes) => spans.push(XLA_FFI_ByteSpan {
-                ptr: bytes.as_ptr().cast(),
-                len: bytes.len(),
-            }),
-            scalar => values.push(attr_bytes(*scalar)),
-        }
-    }
-    let mut scalars: Vec<XLA_FFI_Scalar> = values
-        .iter_mut()
-        .map(|(dtype, bytes)| XLA_FFI_Scalar {
-            dtype: *dtype,
-            value: bytes.as_mut_ptr().cast(),
-        })
-        .collect();
-    let (mut next_scalar, mut next_span) = (scalars.iter_mut(), spans.iter_mut());
-    let (mut attr_types, mut attr_ptrs): (Vec<_>, Vec<*mut c_void>) = attrs
-        .iter()
-        .map(|(_, value)| match value {
-            Attr::Bytes(_) => (
-                XLA_FFI_AttrType_STRING,
-                (next_span.next().expect("a span per string") as *mut XLA_FFI_ByteSpan).cast(),
-            ),
-            _ => (
-                XLA_FFI_AttrType_SCALAR,
-                (next_scalar.next().expect("a scalar per scalar") as *mut XLA_FFI_Scalar).cast(),
-            ),
-        })
-        .unzip();
-    let mut name_ptrs: Vec<*mut XLA_FFI_ByteSpan> = names.iter_mut().map(|n| n as *mut _).collect();
+    let attrs = AttrsFrame::new(attrs);
     let mut context = Context { device };
     let api = api();
     let mut frame = XLA_FFI_CallFrame {
@@ -295,10 +351,7 @@ fn call_frame(
         attrs: XLA_FFI_Attrs {
             struct_size: XLA_FFI_Attrs_STRUCT_SIZE,
             extension_start: ptr::null_mut(),
-            size: attrs.len() as i64,
-            types: attr_types.as_mut_ptr(),
-            names: name_ptrs.as_mut_ptr(),
-            attrs: attr_ptrs.as_mut_ptr(),
+            ..attrs.raw
         },
         future: ptr::null_mut(),
     };

@@ -1,6 +1,7 @@
 //! Compiled-kernel calls: jaxlib's Triton kernel-call contract (`triton_kernel_call`, emitted
-//! by jax-triton), read and checked here on any platform; the launch is the CUDA part's
-//! (`cuda.rs`, target `ferrax_triton_kernel_call`).
+//! by jax-triton), read and checked here on any platform, and ferrax's own typed call of a
+//! kernel of the caller's PTX ([`typed`], `ferrax.kernel_call`); the launches are the CUDA
+//! part's (`cuda.rs`, targets `ferrax_triton_kernel_call` and `ferrax_kernel_call`).
 //!
 //! jaxlib's contract (`jaxlib/gpu/triton_kernels.cc`): the `opaque` attribute is a
 //! zlib-compressed `TritonAnyKernelCall` proto ([`proto`]): one kernel call, or an autotuned
@@ -19,6 +20,7 @@
 pub mod cuda;
 pub mod proto;
 pub mod ptx;
+pub mod typed;
 
 use std::ffi::CStr;
 

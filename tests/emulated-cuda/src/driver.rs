@@ -387,8 +387,12 @@ unsafe fn run_launch(
     }
     let entry = match f.build {
         Build::User(kernel) => {
-            if [grid_y, grid_z].iter().any(|&g| g == 0 || g > 65535) || (block_y, block_z) != (1, 1)
-            {
+            // CUDA's limits: y and z grids to 65535, blocks to 1024 x 1024 x 64 threads and
+            // 1024 in all.
+            let block_fits = (1..=1024).contains(&block_y)
+                && (1..=64).contains(&block_z)
+                && block_x * block_y * block_z <= 1024;
+            if [grid_y, grid_z].iter().any(|&g| g == 0 || g > 65535) || !block_fits {
                 return launch_problem(
                     name,
                     format!("grid {:?}, block {:?}", launch.grid, launch.block),

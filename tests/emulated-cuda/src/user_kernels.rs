@@ -1,6 +1,7 @@
-//! Host builds of the compiled kernels that the tests pass through ferrax's kernel-call target
-//! (code ferrax did not build: a Triton kernel's PTX). Each reads the driver's parameter array
-//! (one pointer per `.param`, as `cuLaunchKernel` gets it) and does what its PTX entry does.
+//! Host builds of the compiled kernels that the tests pass through ferrax's kernel-call targets
+//! (code ferrax did not build: a Triton kernel's PTX, the example Rust kernel crate's). Each
+//! reads the driver's parameter array (one pointer per `.param`, as `cuLaunchKernel` gets it)
+//! and does what its PTX entry does.
 
 use std::ffi::c_void;
 
@@ -27,11 +28,48 @@ pub fn user_kernel(name: &str) -> Option<&'static UserKernel> {
     KERNELS.iter().find(|k| k.name == name)
 }
 
-static KERNELS: &[UserKernel] = &[UserKernel {
-    name: "scaled_add",
-    params: 9,
-    run: scaled_add,
-}];
+static KERNELS: &[UserKernel] = &[
+    UserKernel {
+        name: "scaled_add",
+        params: 9,
+        run: scaled_add,
+    },
+    UserKernel {
+        name: "axpy_f32",
+        params: 5,
+        run: axpy::<f32>,
+    },
+    UserKernel {
+        name: "axpy_f64",
+        params: 5,
+        run: axpy::<f64>,
+    },
+];
+
+/// `examples/rust-kernel`'s `axpy_f32` / `axpy_f64` (`x, y, a, n, out`): every thread of the
+/// launch runs the crate's own body for its element along x, as its PTX entry does.
+unsafe fn axpy<T>(launch: Launch, params: *mut *mut c_void)
+where
+    T: Copy + std::ops::Mul<Output = T> + std::ops::Add<Output = T>,
+{
+    let param = |i: usize| *params.add(i);
+    let x = *param(0).cast::<*const T>();
+    let y = *param(1).cast::<*const T>();
+    let a = *param(2).cast::<T>();
+    let n = *param(3).cast::<u32>();
+    let out = *param(4).cast::<*mut T>();
+    let [gx, gy, gz] = launch.grid.map(|g| g as usize);
+    let [bx, by, bz] = launch.block.map(|b| b as usize);
+    for _block_yz in 0..gy * gz {
+        for block in 0..gx {
+            for _thread_yz in 0..by * bz {
+                for thread in 0..bx {
+                    ferrax_example_axpy::axpy(block * bx + thread, x, y, a, n, out);
+                }
+            }
+        }
+    }
+}
 
 /// The elements one program (block) of `scaled_add` covers: its `BLOCK`.
 pub const SCALED_ADD_BLOCK: usize = 128;
