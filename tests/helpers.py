@@ -288,3 +288,16 @@ def triton_payloads() -> dict:
 
     with np.load(pathlib.Path(__file__).parent / "data" / "triton_payloads.npz") as saved:
         return {key: saved[key].tobytes() for key in ("plain", "tuned")}
+
+
+def rust_kernel_example():
+    """``examples/rust-kernel/axpy.py`` (the example Rust kernel called from JAX), imported
+    from its file."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parent.parent / "examples" / "rust-kernel" / "axpy.py"
+    spec = importlib.util.spec_from_file_location("ferrax_example_axpy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

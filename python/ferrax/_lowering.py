@@ -47,21 +47,27 @@ def batched_ffi_lowering(target: str, *, num_non_batch_dims: int, column_major: 
         empty = static and any(0 in a.shape for a in avals)
         layout = lambda a: (column_major_layout(len(a.shape))
                             if column_major and not empty and len(a.shape) == max_rank else None)
-        num_batch_dims = max_rank - num_non_batch_dims
-        extra = None
-        # As in jaxlib, symbolic shapes are not partitioned; nor is a call without a batch.
-        if static and num_batch_dims > 0:
-            extra = {"mhlo.frontend_attributes":
-                     mlir.ir_attribute({"num_batch_dims": str(num_batch_dims)})}
-            if config.use_shardy_partitioner.value:
-                extra["sdy.sharding_rule"] = _sdy_rule(
-                    ctx.module_context, num_batch_dims, ctx.avals_in, ctx.avals_out)
         lowering = ffi.ffi_lowering(
             target,
             operand_layouts=[layout(a) for a in ctx.avals_in],
             result_layouts=[layout(a) for a in ctx.avals_out],
             operand_output_aliases=operand_output_aliases,
-            extra_attributes=extra)
+            extra_attributes=batch_partitioning(ctx, max_rank - num_non_batch_dims))
         return lowering(ctx, *args, **attrs)
 
     return rule
+
+
+def batch_partitioning(ctx, num_batch_dims: int):
+    """The custom call's attributes that let XLA split its ``num_batch_dims`` leading dims (of
+    every operand and result) across devices, or None where it is not split: as in jaxlib,
+    symbolic shapes are not partitioned, nor is a call without a batch."""
+    avals = (*ctx.avals_in, *ctx.avals_out)
+    if num_batch_dims <= 0 or not all(is_constant_shape(a.shape) for a in avals):
+        return None
+    extra = {"mhlo.frontend_attributes":
+             mlir.ir_attribute({"num_batch_dims": str(num_batch_dims)})}
+    if config.use_shardy_partitioner.value:
+        extra["sdy.sharding_rule"] = _sdy_rule(
+            ctx.module_context, num_batch_dims, ctx.avals_in, ctx.avals_out)
+    return extra

@@ -70,6 +70,8 @@ COO_SPARSE_DENSE = _target("ferrax_coo_sparse_dense", "cpu")
 SPSOLVE = _target("ferrax_spsolve", "cpu")
 # jaxlib's Triton kernel-call contract, which jax-triton's calls lower to (``_kernel_call``).
 TRITON_KERNEL_CALL = _target("ferrax_triton_kernel_call", "cuda")
+# Kernels of the caller's PTX with typed attributes (``ferrax.kernel_call``).
+KERNEL_CALL = _target("ferrax_kernel_call", "cuda")
 
 #: The largest order ``ferrax_cholesky`` takes on CUDA (its fused kernels); past it the
 #: handler fails.
