@@ -69,6 +69,7 @@ fn cases() -> Vec<Case> {
     each_dtype!("qr reduced", qr, false);
     each_dtype!("qr complete", qr, true);
     each_dtype!("cholesky_update", cholesky_update);
+    each_dtype!("tridiagonal_solve", tridiagonal_solve);
     cases.push((
         "getrf past cuSOLVER's 32-bit sizes".into(),
         Box::new(getrf_past_32_bit_sizes),
@@ -503,6 +504,132 @@ fn cholesky_update<T: TestScalar>(device: &Device) -> Result<(), String> {
                 &want,
                 tolerance::<T>(n, 4.0 * n as f64),
             )?;
+        }
+    }
+    Ok(())
+}
+
+// ---- tridiagonal solves ---------------------------------------------------------------------
+
+/// `ferrax_tridiagonal_solve` (in place, as XLA aliases it) against LAPACK's `?gtsv` within
+/// the error bound, with a singular system NaN where LAPACK reports `info > 0`, and
+/// `ferrax_tridiagonal_solve_perturbed` (out of place) against the CPU's perturbed solve;
+/// orders below cuSPARSE's 3, batches past one block and grids that stride.
+fn tridiagonal_solve<T: TestScalar>(device: &Device) -> Result<(), String> {
+    use ferrax::linalg::tridiagonal_solve as cpu;
+    use ferrax::ops::tridiagonal_solve::cuda;
+    let mut rng = Rng(29);
+    for (batch, m, nrhs) in [
+        (3, 1, 2),
+        (5, 2, 1),
+        (130, 6, 3),
+        (4, 40, 2),
+        (2, 0, 3),
+        (0, 4, 1),
+    ] {
+        let mut diagonals: Vec<Vec<T>> = (0..3).map(|_| rng.matrix(batch * m)).collect();
+        // Diagonally dominant but for zero pivots (interchanges) and, past two systems, one
+        // exactly singular system (all zero).
+        for (i, x) in diagonals[1].iter_mut().enumerate() {
+            *x = *x + T::from_parts(if i % 7 == 3 { 0.0 } else { 3.0 }, 0.0);
+        }
+        if batch > 2 {
+            for diagonal in &mut diagonals {
+                diagonal[m..2 * m].iter_mut().for_each(|x| *x = T::zero());
+            }
+        }
+        let [dl, d, du] = [&diagonals[0], &diagonals[1], &diagonals[2]];
+        let b: Vec<T> = rng.matrix(batch * m * nrhs);
+        let vector = vec![batch as i64, m as i64];
+        let what = format!("batch {batch}, m {m}, nrhs {nrhs}");
+        let upload = |v: &[T]| device.upload(v, vector.clone());
+        let (dl_dev, d_dev, du_dev) = (upload(dl), upload(d), upload(du));
+        let matrices = dims3(batch, m, nrhs);
+
+        // In place, against LAPACK.
+        let b_dev = device.upload(&b, matrices.clone());
+        let args = [&dl_dev, &d_dev, &du_dev, &b_dev];
+        device.call(cuda::ferrax_cuda_tridiagonal_solve, &args, &[&b_dev], &[])?;
+        let (mut lapack, mut info) = (b.clone(), vec![0; batch]);
+        let (mut fdl, mut fd, mut fdu) = (dl.clone(), d.clone(), du.clone());
+        // SAFETY: `lapack` holds the batch column-major.
+        let view =
+            unsafe { Batch::packed(lapack.as_mut_ptr(), [batch, m, nrhs], Layout::ColumnMajor) };
+        cpu::gtsv(
+            &Serial,
+            [&mut fdl, &mut fd, &mut fdu],
+            InOut::in_place(view),
+            &mut info,
+        )
+        .map_err(|e| e.message)?;
+        for (s, &info) in info.iter().enumerate() {
+            let system = s * m * nrhs..(s + 1) * m * nrhs;
+            if info > 0 {
+                lapack[system]
+                    .iter_mut()
+                    .for_each(|x| *x = T::from_parts(f64::NAN, 0.0));
+            } else if batch > 2 && s == 1 && m > 0 {
+                return Err(format!("{what}: LAPACK solved the singular system"));
+            }
+        }
+        let got = b_dev.download::<T>();
+        expect_close(
+            &format!("{what}: solve"),
+            &got,
+            &lapack,
+            tolerance::<T>(m, 40.0),
+        )?;
+
+        // Out of place, perturbed, against the CPU's.
+        let b_dev = device.upload(&b, matrices.clone());
+        let x_dev = device.zeros::<T>(matrices.clone());
+        let args = [&dl_dev, &d_dev, &du_dev, &b_dev];
+        device.call(
+            cuda::ferrax_cuda_tridiagonal_solve_perturbed,
+            &args,
+            &[&x_dev],
+            &[],
+        )?;
+        let (mut b_in, mut want) = (b.clone(), vec![T::zero(); b.len()]);
+        // SAFETY: both hold the batch column-major.
+        let io = unsafe {
+            InOut {
+                input: Batch::packed(b_in.as_mut_ptr(), [batch, m, nrhs], Layout::ColumnMajor),
+                output: Batch::packed(want.as_mut_ptr(), [batch, m, nrhs], Layout::ColumnMajor),
+            }
+        };
+        cpu::solve_perturbed(&Serial, [dl, d, du], io).map_err(|e| e.message)?;
+        let got = x_dev.download::<T>();
+        expect_close(
+            &format!("{what}: perturbed"),
+            &got,
+            &want,
+            tolerance::<T>(m, 40.0),
+        )?;
+        if got.iter().any(|x| x.is_nan_value()) {
+            return Err(format!("{what}: the perturbed solve gave NaN"));
+        }
+        expect_equal(&format!("{what}: b"), &b_dev.download::<T>(), &b)?;
+    }
+    // Diagonals one shorter than b's order: refused before any launch, naming the target.
+    let short = device.zeros::<T>(vec![2, 4]);
+    let (b, x) = (
+        device.zeros::<T>(dims3(2, 5, 1)),
+        device.zeros::<T>(dims3(2, 5, 1)),
+    );
+    for (handler, target) in [
+        (
+            cuda::ferrax_cuda_tridiagonal_solve as XLA_FFI_Handler,
+            "ferrax_tridiagonal_solve",
+        ),
+        (
+            cuda::ferrax_cuda_tridiagonal_solve_perturbed,
+            "ferrax_tridiagonal_solve_perturbed",
+        ),
+    ] {
+        match device.call(handler, &[&short, &short, &short, &b], &[&x], &[]) {
+            Err(e) if e.contains(target) && e.contains("[2, 5]") => {}
+            other => return Err(format!("{target}: expected a shape error, got {other:?}")),
         }
     }
     Ok(())

@@ -461,6 +461,7 @@ pub const HOST_ENTRIES: &[&[HostEntry]] = &[
     crate::small::qr::QR.host_entries(),
     crate::cholesky_update::ENTRIES.host_entries(),
     crate::pivots::ENTRIES.host_entries(),
+    crate::tridiagonal::ENTRIES.host_entries(),
     crate::threefry::THREEFRY.host_entries(),
     crate::threefry::BITS.host_entries(),
     crate::relayout::COPY_MATRICES.host_entries(),

@@ -4,6 +4,8 @@
 //! A numerically singular system, such as `(T - λI) x = b` in inverse iteration with `λ` an
 //! eigenvalue of `T`, gets a finite solution instead of Inf/NaN.
 
+use crate::grid::{global_idx_x, grid_size_x};
+use crate::launch::{kernel_args, kernel_entries, AnyElement, LaunchConfig, ScalarKind};
 use crate::scalar::{Real, Scalar};
 
 /// `sqrt(a² + b²)` without undue overflow or underflow, rounded as glibc's `hypot`: the square
@@ -33,7 +35,9 @@ pub fn hypot(a: f64, b: f64) -> f64 {
         // `small` is below half an ulp of `big`.
         return (big + small) * unscale;
     }
-    let h = libm::sqrt(big * big + small * small);
+    // The instruction on the GPU (libm's needs a table PTX cannot reference); both correctly
+    // rounded.
+    let h = Real::sqrt(big * big + small * small);
     // `h² - big² - small²`, evaluated without cancellation whichever leg is closer to `h`.
     let excess = if h <= 2.0 * small {
         let delta = h - small;
@@ -52,7 +56,7 @@ pub fn hypotf(a: f32, b: f32) -> f32 {
         return f32::INFINITY;
     }
     let (a, b) = (f64::from(a), f64::from(b));
-    libm::sqrt(a * a + b * b) as f32
+    Real::sqrt(a * a + b * b) as f32
 }
 
 /// `std::max`'s rule (the first argument unless the second is larger), which decides how a
@@ -65,8 +69,9 @@ fn max<R: Real>(a: R, b: R) -> R {
     }
 }
 
-/// Elements of `workspace` that [`solve_perturbed`] needs for `m` equations and `nrhs`
-/// right-hand sides: U's three diagonals and one row of the right-hand side.
+/// Elements of `workspace` that [`solve_perturbed`] and [`solve_in_place`] need for `m`
+/// equations and `nrhs` right-hand sides: U's three diagonals and one row of the right-hand
+/// side.
 pub const fn workspace_len(m: usize, nrhs: usize) -> usize {
     3 * m + nrhs
 }
@@ -88,23 +93,60 @@ pub fn solve_perturbed<T: Scalar>(
     x: &mut [T],
     workspace: &mut [T],
 ) {
+    x.copy_from_slice(b);
+    solve_in_place(dl, d, du, x, workspace, Pivots::Perturb);
+}
+
+/// What [`solve_in_place`] does with the pivots of U.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pivots {
+    /// Perturbs those too small for their row ([`solve_perturbed`]'s rule).
+    Perturb,
+    /// Divides by them as they are; an exactly zero one (a singular `A`) makes the whole
+    /// solution NaN, the NaN jax gives where LAPACK's `?gtsv` reports `info > 0`.
+    Exact,
+}
+
+/// [`solve_perturbed`]'s elimination in place: `x` holds `b` on entry and the solution on
+/// return, with the pivots of U treated as `pivots` says. Returns false where a zero pivot
+/// (with [`Pivots::Exact`]) left `x` NaN.
+pub fn solve_in_place<T: Scalar>(
+    dl: &[T],
+    d: &[T],
+    du: &[T],
+    x: &mut [T],
+    workspace: &mut [T],
+    pivots: Pivots,
+) -> bool {
     let m = d.len();
     if m == 0 {
-        return;
+        return true;
     }
-    let nrhs = b.len() / m;
+    let nrhs = x.len() / m;
     let (u, row) = workspace.split_at_mut(3 * m);
     let row = &mut row[..nrhs];
     let eps = T::Real::EPSILON;
+    let nan = T::from_real(T::Real::NAN);
+    // Makes `row / pivot` safe, or says the system is singular.
+    let settle = |perturb: T::Real, pivot: &mut T, row: &mut [T]| match pivots {
+        Pivots::Perturb => {
+            perturb_pivot(perturb, pivot, row);
+            true
+        }
+        Pivots::Exact => *pivot != T::ZERO,
+    };
 
     if m == 1 {
         let mut pivot = d[0];
-        row.copy_from_slice(&b[..nrhs]);
-        perturb_pivot(eps * pivot.cabs(), &mut pivot, row);
+        row.copy_from_slice(&x[..nrhs]);
+        if !settle(eps * pivot.cabs(), &mut pivot, row) {
+            x.fill(nan);
+            return false;
+        }
         for (x, r) in x.iter_mut().zip(row.iter()) {
             *x = r.quotient(pivot);
         }
-        return;
+        return true;
     }
 
     // U has at most two super-diagonals once rows are interchanged.
@@ -116,9 +158,6 @@ pub fn solve_perturbed<T: Scalar>(
     let mut max_u = max(diag[0].cabs(), sup1[0].cabs());
     // The 1-norm of the current pivot row, against which the pivots are compared.
     let mut scale = diag[0].cabs() + sup1[0].cabs();
-    for j in 0..nrhs {
-        x[j * m] = b[j * m];
-    }
 
     for k in 0..m - 1 {
         let next = k + 1;
@@ -134,9 +173,6 @@ pub fn solve_perturbed<T: Scalar>(
             scale = next_scale;
             sup1[next] = du[next];
             sup2[k] = T::ZERO;
-            for j in 0..nrhs {
-                x[next + j * m] = b[next + j * m];
-            }
         } else {
             let pivot_here = if diag[k] == T::ZERO {
                 T::Real::ZERO
@@ -152,7 +188,7 @@ pub fn solve_perturbed<T: Scalar>(
                 sup1[next] = du[next];
                 sup2[k] = T::ZERO;
                 for j in 0..nrhs {
-                    x[next + j * m] = b[next + j * m] - factor * x[k + j * m];
+                    x[next + j * m] = x[next + j * m] - factor * x[k + j * m];
                 }
             } else {
                 // Interchange rows k and k+1, then eliminate.
@@ -166,7 +202,7 @@ pub fn solve_perturbed<T: Scalar>(
                     sup1[next] = -factor * du[next];
                 }
                 for j in 0..nrhs {
-                    let rhs = b[next + j * m];
+                    let rhs = x[next + j * m];
                     x[next + j * m] = x[k + j * m] - factor * rhs;
                     x[k + j * m] = rhs;
                 }
@@ -196,12 +232,16 @@ pub fn solve_perturbed<T: Scalar>(
             *r = value;
         }
         let mut pivot = diag[k];
-        perturb_pivot(perturb, &mut pivot, row);
+        if !settle(perturb, &mut pivot, row) {
+            x.fill(nan);
+            return false;
+        }
         let inverse = T::ONE.quotient(pivot);
         for (j, r) in row.iter().enumerate() {
             x[k + j * m] = *r * inverse;
         }
     }
+    true
 }
 
 /// Makes `row / pivot` and `1 / pivot` safe from overflow (xLAGTS's rule): while `|pivot| < 1`
@@ -236,6 +276,124 @@ fn perturb_pivot<T: Scalar>(perturb: T::Real, pivot: &mut T, row: &mut [T]) {
         }
         size = pivot.cabs();
     }
+}
+
+kernel_args! {
+    /// The arguments of every `ferrax_tridiagonal_solve` entry: `batch` systems of `m`
+    /// equations (diagonals `[batch, m]`, as [`solve_perturbed`] reads them) with `nrhs`
+    /// right-hand sides each (`b` and `x` `[batch, nrhs, m]`: column-major `m x nrhs`). `x` may
+    /// be `b` (solved in place). `workspace` holds [`workspace_len`]`(m, nrhs)` elements for
+    /// each thread of the launch.
+    pub struct TridiagonalArgs<T> {
+        pub dl: *const T,
+        pub d: *const T,
+        pub du: *const T,
+        pub b: *const T,
+        pub x: *mut T,
+        pub workspace: *mut T,
+        pub batch: u64,
+        pub m: u64,
+        pub nrhs: u64,
+    }
+}
+
+/// Body of every `ferrax_tridiagonal_solve` entry: one thread per system, grid-striding over
+/// the batch with its own workspace, as jaxlib's perturbed kernel (the sweep is sequential in
+/// the rows; the batch is the parallelism).
+#[inline(always)]
+unsafe fn solve_kernel<T: Scalar, const PERTURB: bool>(args: TridiagonalArgs<T>) {
+    let TridiagonalArgs {
+        dl,
+        d,
+        du,
+        b,
+        x,
+        workspace,
+        batch,
+        m,
+        nrhs,
+    } = args;
+    let pivots = if PERTURB {
+        Pivots::Perturb
+    } else {
+        Pivots::Exact
+    };
+    let (m, nrhs) = (m as usize, nrhs as usize);
+    let (len, thread) = (workspace_len(m, nrhs), global_idx_x());
+    let work = core::slice::from_raw_parts_mut(workspace.add(thread as usize * len), len);
+    let mut system = thread;
+    while system < batch {
+        let at = system as usize;
+        let diagonal = |p: *const T| core::slice::from_raw_parts(p.add(at * m), m);
+        let solution = x.add(at * m * nrhs);
+        let rhs = b.add(at * m * nrhs);
+        if !core::ptr::eq(rhs, solution) {
+            core::ptr::copy_nonoverlapping(rhs, solution, m * nrhs);
+        }
+        let solution = core::slice::from_raw_parts_mut(solution, m * nrhs);
+        solve_in_place(
+            diagonal(dl),
+            diagonal(d),
+            diagonal(du),
+            solution,
+            work,
+            pivots,
+        );
+        system += grid_size_x();
+    }
+}
+
+kernel_entries! {
+    /// `ferrax_tridiagonal_solve_<pivots>_<dtype>`: `exact` (jax's `tridiagonal_solve`, NaN
+    /// for a singular system) and `perturbed` (`perturb_singular=True`).
+    pub const ENTRIES: Kernels<(ScalarKind, Pivots), TridiagonalArgs<_>>;
+    names [tridiagonal_solve] variant dtype;
+    variants {
+        exact => (Pivots::Exact, solve_kernel::<_, false>),
+        perturbed => (Pivots::Perturb, solve_kernel::<_, true>),
+    }
+    f32: exact perturbed;
+    f64: exact perturbed;
+    c64: exact perturbed;
+    c128: exact perturbed;
+}
+
+/// Threads per block of the solve kernels.
+const BLOCK: u64 = 128;
+/// About this many bytes of workspace for the launch at most (whole blocks): past it, fewer threads, each taking
+/// more systems (a batch of long systems would otherwise ask gigabytes of scratch), but at
+/// least a warp where the batch has that many (then the workspace is below the systems' own
+/// size).
+pub const WORKSPACE_BUDGET: u64 = 256 << 20;
+const WARP: u64 = 32;
+
+/// The launch that solves `batch` systems of `m` equations with `nrhs` right-hand sides on a
+/// device with `multiprocessors` SMs, and the workspace bytes it needs (the launch's threads
+/// times [`workspace_len`] elements), or None where that is past the address space.
+pub fn launch_config(
+    kind: ScalarKind,
+    pivots: Pivots,
+    batch: u64,
+    m: u64,
+    nrhs: u64,
+    multiprocessors: u32,
+) -> Option<(LaunchConfig<TridiagonalArgs<AnyElement>>, usize)> {
+    let per_thread = m
+        .checked_mul(3)?
+        .checked_add(nrhs)?
+        .checked_mul(kind.bytes() as u64)?;
+    // Up to 16 blocks per SM are resident at once; more would only wait.
+    let threads = batch
+        .min(16 * BLOCK * u64::from(multiprocessors.max(1)))
+        .min((WORKSPACE_BUDGET / per_thread.max(1)).max(WARP))
+        .max(1);
+    let block = threads.min(BLOCK).next_multiple_of(32);
+    let grid = threads.div_ceil(block);
+    let bytes = usize::try_from(grid.checked_mul(block)?.checked_mul(per_thread)?).ok()?;
+    let config = ENTRIES
+        .launch((kind, pivots), grid as u32, block as u32, 0)
+        .expect("every dtype has both entries");
+    Some((config, bytes))
 }
 
 #[cfg(test)]
@@ -466,5 +624,165 @@ mod tests {
     fn empty_system_is_a_no_op() {
         let mut x: [f64; 0] = [];
         solve_perturbed(&[], &[], &[], &[], &mut x, &mut []);
+    }
+
+    /// The entries on the host grid: batches of random systems (some with zero diagonals,
+    /// which need interchanges), against the sequential solve per system and the residual;
+    /// out of place and in place; grids smaller than the batch stride over it.
+    #[test]
+    fn entries_solve_every_system_of_a_batch() {
+        extern crate std;
+        use std::vec::Vec;
+        fn check<T: Scalar + 'static>(
+            kind: ScalarKind,
+            make: impl Fn(f64, f64) -> T + Copy,
+            tol: T::Real,
+        ) {
+            for (batch, m, nrhs, grid, block) in [
+                (5, 7, 1, 1, 32),
+                (70, 4, 3, 2, 32),
+                (3, 1, 2, 1, 32),
+                (33, 2, 1, 1, 64),
+            ] {
+                let mut values = Values(batch * 31 + m * 7 + nrhs);
+                let mut draw = |len: u64| {
+                    let mut v = std::vec![T::ZERO; len as usize];
+                    values.fill(&mut v, make);
+                    v
+                };
+                let (dl, mut d, du) = (draw(batch * m), draw(batch * m), draw(batch * m));
+                if m > 1 {
+                    d[0] = T::ZERO;
+                }
+                let b = draw(batch * m * nrhs);
+                for pivots in [Pivots::Exact, Pivots::Perturb] {
+                    for in_place in [false, true] {
+                        let mut x = if in_place {
+                            b.clone()
+                        } else {
+                            std::vec![T::ZERO; b.len()]
+                        };
+                        let threads = u64::from(grid * block);
+                        let mut work = std::vec![T::ZERO; (threads * (3 * m + nrhs)) as usize];
+                        let args = TridiagonalArgs {
+                            dl: dl.as_ptr(),
+                            d: d.as_ptr(),
+                            du: du.as_ptr(),
+                            b: if in_place { x.as_ptr() } else { b.as_ptr() },
+                            x: x.as_mut_ptr(),
+                            workspace: work.as_mut_ptr(),
+                            batch,
+                            m,
+                            nrhs,
+                        };
+                        let name = ENTRIES.name((kind, pivots)).unwrap();
+                        unsafe { crate::launch::run_on_host(name, grid, block, 0, args) };
+                        let (m, nrhs) = (m as usize, nrhs as usize);
+                        for s in 0..batch as usize {
+                            let diagonal = |v: &Vec<T>| v[s * m..(s + 1) * m].to_vec();
+                            let (sdl, sd, sdu) = (diagonal(&dl), diagonal(&d), diagonal(&du));
+                            let rhs = &b[s * m * nrhs..(s + 1) * m * nrhs];
+                            let mut want = rhs.to_vec();
+                            let mut w = std::vec![T::ZERO; workspace_len(m, nrhs)];
+                            solve_in_place(&sdl, &sd, &sdu, &mut want, &mut w, pivots);
+                            let got = &x[s * m * nrhs..(s + 1) * m * nrhs];
+                            assert!(got == &want[..], "{kind:?} {pivots:?} system {s}");
+                            assert!(residual(&sdl, &sd, &sdu, got, rhs) < tol, "{kind:?} {s}");
+                        }
+                    }
+                }
+            }
+        }
+        check(ScalarKind::F32, |re, _| re as f32, 1e-5);
+        check(ScalarKind::F64, |re, _| re, 1e-13);
+        check(
+            ScalarKind::C64,
+            |re, im| Complex::new(re as f32, im as f32),
+            1e-5,
+        );
+        check(ScalarKind::C128, Complex::new, 1e-13);
+    }
+
+    #[test]
+    fn exact_pivots_make_a_singular_system_nan() {
+        // Rows 1 and 2 equal: singular, and exactly so in floating point.
+        let (dl, d, du) = ([0.0, 1.0, 1.0], [1.0, 2.0, 2.0], [3.0, 0.0, 0.0]);
+        let mut dl2 = dl;
+        dl2[2] = 0.0;
+        let mut d2 = d;
+        d2[2] = 0.0;
+        let mut workspace = [0.0f64; workspace_len(3, 2)];
+        let mut x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        assert!(!solve_in_place(
+            &dl2,
+            &d2,
+            &du,
+            &mut x,
+            &mut workspace,
+            Pivots::Exact
+        ));
+        assert!(x.iter().all(|v| v.is_nan()));
+        // The same system perturbed is finite; a regular one solves exactly as perturbed.
+        let mut x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        assert!(solve_in_place(
+            &dl2,
+            &d2,
+            &du,
+            &mut x,
+            &mut workspace,
+            Pivots::Perturb
+        ));
+        assert!(x.iter().all(|v| v.is_finite()));
+        let mut exact = [1.0, 2.0, 3.0];
+        let mut perturbed = exact;
+        assert!(solve_in_place(
+            &dl,
+            &d,
+            &du,
+            &mut exact,
+            &mut workspace,
+            Pivots::Exact
+        ));
+        solve_in_place(
+            &dl,
+            &d,
+            &du,
+            &mut perturbed,
+            &mut workspace,
+            Pivots::Perturb,
+        );
+        assert_eq!(exact, perturbed);
+        // One equation: a zero pivot.
+        let mut x = [Complex::new(1.0f32, 0.0)];
+        let zero = [Complex::new(0.0f32, 0.0)];
+        assert!(!solve_in_place(
+            &zero,
+            &zero,
+            &zero,
+            &mut x,
+            &mut [zero[0]; 4],
+            Pivots::Exact
+        ));
+        assert!(x[0].re.is_nan());
+    }
+
+    #[test]
+    fn launch_stays_within_the_workspace_budget() {
+        for kind in [ScalarKind::F32, ScalarKind::C128] {
+            for (batch, m, nrhs) in [(0, 5, 1), (1, 5, 1), (1000, 3, 2), (1 << 24, 64, 1)] {
+                let (c, bytes) = launch_config(kind, Pivots::Exact, batch, m, nrhs, 132).unwrap();
+                let threads = u64::from(c.grid) * u64::from(c.block);
+                assert!(c.grid >= 1 && c.block % 32 == 0 && c.block <= 128);
+                assert!(threads >= batch.min(32) && threads < batch.max(1) + 128);
+                assert_eq!(bytes as u64, threads * (3 * m + nrhs) * kind.bytes() as u64);
+                assert!(bytes as u64 <= WORKSPACE_BUDGET + 128 * (3 * m + nrhs) * 16);
+            }
+            // Long systems: fewer threads, down to a warp, each taking several systems.
+            let (c, bytes) = launch_config(kind, Pivots::Perturb, 1000, 1 << 22, 1, 132).unwrap();
+            assert_eq!((c.grid, c.block), (1, 32));
+            assert_eq!(bytes, 32 * (3 << 22 | 1) * kind.bytes());
+            assert!(c.kernel.ends_with("perturbed_c128") || c.kernel.ends_with("perturbed_f32"));
+        }
+        assert!(launch_config(ScalarKind::F64, Pivots::Exact, 1, u64::MAX / 2, 1, 1).is_none());
     }
 }

@@ -1,7 +1,7 @@
 //! The CPU handlers of the tridiagonal solves: [`crate::linalg::tridiagonal_solve`] on XLA's
 //! arrays and thread pool.
 
-use super::{Gtsv, Perturbed, GTSV, PERTURBED};
+use super::{Gtsv, Solve, GTSV, PERTURBED};
 use crate::ffi::{Result, ThreadPool};
 use crate::ffi_handlers;
 use crate::linalg::matrix::{InOut, Layout};
@@ -22,7 +22,7 @@ ffi_handlers! {
     /// across XLA's thread pool.
     pub fn ferrax_cpu_tridiagonal_solve_perturbed(PERTURBED, Cpu) {
         ctx pool: ThreadPool;
-        operands ops: Perturbed;
+        operands ops: Solve;
         dtype T: PerturbedScalar = b;
         body = perturbed_cpu;
     }
@@ -52,7 +52,7 @@ fn gtsv_cpu<T: LapackScalar>(pool: ThreadPool<'_>, ops: Gtsv<'_, T>) -> Result<(
     tridiagonal_solve::gtsv(&pool, diagonals, b, info)
 }
 
-fn perturbed_cpu<T: PerturbedScalar>(pool: ThreadPool<'_>, ops: Perturbed<'_, T>) -> Result<()> {
+fn perturbed_cpu<T: PerturbedScalar>(pool: ThreadPool<'_>, ops: Solve<'_, T>) -> Result<()> {
     ops.shape()?;
     // SAFETY: arguments, only read, distinct from the result.
     let diagonals = unsafe { [ops.dl.as_slice(), ops.d.as_slice(), ops.du.as_slice()] };

@@ -4,16 +4,23 @@
 //! - `gtsv` (`lapack_?gtsv_ffi`): LAPACK's `?gtsv` in place: `dl_out`, `d_out`, `du_out` (the
 //!   factorization LAPACK leaves there) and `b_out` (the solution) alias the four operands, plus
 //!   S32 `info` `[...]`.
-//! - `tridiagonal_solve_perturbed` (`tridiagonal_solve_perturbed_ffi`): `x` `[..., m, nrhs]`
-//!   by Gaussian elimination that perturbs tiny pivots instead of failing (no `info`).
+//! - `tridiagonal_solve_perturbed` (`tridiagonal_solve_perturbed_ffi`, CPU and CUDA): `x`
+//!   `[..., m, nrhs]` by Gaussian elimination that perturbs tiny pivots instead of failing (no
+//!   `info`).
+//! - `tridiagonal_solve` (CUDA, in place of jaxlib's `cusparse_gtsv2_ffi`, whose contract it
+//!   keeps: `x` aliases `b`): the same elimination without perturbation; a singular system's
+//!   `x` is NaN, as jax makes it where LAPACK's `?gtsv` fails on the CPU (cuSPARSE's `gtsv2`
+//!   says nothing). Every order, where jaxlib's target needs `m >= 3`.
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::ffi::{Array, MatrixBatch, Matrices, NativeType, Result};
 use std::ffi::CStr;
 
 pub const GTSV: &CStr = c"ferrax_gtsv";
 pub const PERTURBED: &CStr = c"ferrax_tridiagonal_solve_perturbed";
+pub const TRIDIAGONAL_SOLVE: &CStr = c"ferrax_tridiagonal_solve";
 
 /// Checks the diagonals against `b [..., m, nrhs]`: shape `[..., m]`; returns b's shape.
 fn expect_diagonals<T: NativeType>(
@@ -53,8 +60,8 @@ impl<T: NativeType> Gtsv<'_, T> {
 }
 
 crate::ffi_operands! {
-    /// `tridiagonal_solve_perturbed`'s operands.
-    pub struct Perturbed<'a, T> {
+    /// `tridiagonal_solve_perturbed`'s and `tridiagonal_solve`'s operands.
+    pub struct Solve<'a, T> {
         arg dl: Array<'a, T>,
         arg d: Array<'a, T>,
         arg du: Array<'a, T>,
@@ -63,7 +70,7 @@ crate::ffi_operands! {
     }
 }
 
-impl<T: NativeType> Perturbed<'_, T> {
+impl<T: NativeType> Solve<'_, T> {
     /// Checks the diagonals and `x` against `b`; returns b's shape.
     pub(crate) fn shape(&self) -> Result<MatrixBatch> {
         let shape = expect_diagonals([&self.dl, &self.d, &self.du], &self.b)?;
@@ -72,4 +79,4 @@ impl<T: NativeType> Perturbed<'_, T> {
     }
 }
 
-pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS];
+pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS, cuda::HANDLERS];
