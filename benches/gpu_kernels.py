@@ -155,6 +155,24 @@ def main():
         row(f"cholesky_update {np.dtype(dtype).name} batched", f"{batch}x{n}",
             2 * size * batch * (n * n + n), None, ours, "≥50% copy BW")
 
+    # Tridiagonal solves (issue #23): cuSPARSE's gtsv2 (stock) against ferrax's kernel, a
+    # thread per system, ferrax forced at every size so that the table shows where
+    # GPU_TRIDIAGONAL_MIN_BATCH belongs; and both perturbed kernels (a thread per system each).
+    for batch, m, nrhs in [(65536, 64, 1), (1024, 256, 1), (64, 1024, 1), (256, 128, 8),
+                           (1, 2**18, 1)]:
+        batch = max(1, batch // scale)
+        draw = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)
+        sets = [(draw(batch, m), draw(batch, m) + 3, draw(batch, m), draw(batch, m, nrhs))
+                for _ in range(4)]
+        moved = 4 * batch * m * (3 + 2 * nrhs)
+        with ferrax._install.ferrax_on_gpu_everywhere():
+            stock, ours = stock_and_ferrax(jax.lax.linalg.tridiagonal_solve, sets)
+            row("tridiagonal_solve f32", f"{batch}x{m}x{nrhs}", moved, stock, ours, "≥1x")
+            if nrhs == 1 and batch > 1:
+                stock, ours = stock_and_ferrax(functools.partial(
+                    jax.lax.linalg.tridiagonal_solve, perturb_singular=True), sets)
+                row("tridiagonal_solve perturbed", f"{batch}x{m}x{nrhs}", moved, stock, ours, "≥1x")
+
     # Batched factorizations (issue #5) at its goal sizes: jax's functions, stock vs installed
     # with ferrax's targets forced at every size (its kernels up to 128, its cuSOLVER/cuBLAS
     # choices past them), whatever gpu_thresholds.json routes today.

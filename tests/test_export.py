@@ -420,8 +420,9 @@ def test_lowering_and_export_from_abstract_values(name):
 def _gpu_program(a):
     # (Not cholesky_update: stock jax's CUDA target for it is not export-stable.)
     spd = a @ a.mT + 8 * jnp.eye(8)
+    tridiagonal = jax.lax.linalg.tridiagonal_solve(a[:, 0], a[:, 1] + 8, a[:, 2], a[..., :2])
     return (jax.lax.linalg.lu(a)[0], jnp.linalg.qr(a)[1], jnp.linalg.cholesky(spd),
-            lax_linalg.geqrf(a)[0])
+            lax_linalg.geqrf(a)[0], tridiagonal)
 
 
 def test_plain_multiplatform_export_is_stock_on_cuda_too():
@@ -448,4 +449,4 @@ def test_plain_multiplatform_export_is_stock_on_cuda_too():
                                                                    "cusolver_orgqr_ffi"}
     assert not ferrax_targets(batched), custom_calls(batched)
     assert {"ferrax_getrf_row_major", "ferrax_qr", "ferrax_cholesky",
-            "ferrax_geqrf"} <= ferrax_targets(opted)
+            "ferrax_geqrf", "ferrax_tridiagonal_solve"} <= ferrax_targets(opted)

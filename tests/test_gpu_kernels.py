@@ -1,5 +1,6 @@
-"""ferrax's CUDA targets (threefry, random bits, pivots to permutation, Cholesky update)
-against stock jax on the same GPU. Every test skips where jax has no CUDA device."""
+"""ferrax's CUDA targets (threefry, random bits, pivots to permutation, Cholesky update,
+tridiagonal solves, the factorizations) against stock jax on the same GPU. Every test skips
+where jax has no CUDA device."""
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from jax._src import config as jax_config
 from jax._src.lax import linalg as lax_linalg  # geqrf: not exported by jax.lax.linalg
 
 import ferrax
-from helpers import assert_same, permutation_of_pivots
+from helpers import assert_same, permutation_of_pivots, tridiagonal_matrix
 
 from test_pivots_threefry import _random_pivots
 
@@ -167,6 +168,48 @@ def test_installed_cholesky_update_vmaps(gpu, rng):
     ferrax.install()
     got, _ = on(gpu, jax.vmap(jax.lax.linalg.cholesky_update), r, w)
     _check_update(r, w, a, got, 20 * 20 * np.finfo(np.float64).eps)
+
+
+# --- tridiagonal solves (ferrax's kernel for cuSPARSE's gtsv2 and the perturbed solve) --------
+
+def _tridiagonal_system(rng, batch, m, nrhs, dtype):
+    draw = lambda *shape: (rng.standard_normal(shape) + (1j * rng.standard_normal(shape)
+                           if np.iscomplexobj(np.zeros((), dtype)) else 0)).astype(dtype)
+    dl, d, du = draw(*batch, m), draw(*batch, m) + 3, draw(*batch, m)
+    d[..., ::5] -= 3  # pivots that need row interchanges
+    return dl, d, du, draw(*batch, m, nrhs)
+
+
+@pytest.mark.parametrize("batch, m, nrhs", [((4096,), 8, 1), ((3, 7), 2, 2), ((5,), 1, 3),
+                                            ((2,), 300, 4)])
+@pytest.mark.parametrize("perturb", [False, True])
+def test_installed_tridiagonal_solve_residual(gpu, dtype, batch, m, nrhs, perturb, rng):
+    dl, d, du, b = _tridiagonal_system(rng, batch, m, nrhs, dtype)
+    solve = lambda *a: jax.lax.linalg.tridiagonal_solve(*a, perturb_singular=perturb)
+    ferrax.install()
+    with ferrax._install.ferrax_on_gpu_everywhere():
+        x, hlo = on(gpu, solve, dl, d, du, b)
+    assert "ferrax_tridiagonal_solve" in hlo
+    a = tridiagonal_matrix(dl, d, du).astype(np.complex128)
+    residual = np.abs(a @ x - b).max(axis=(-2, -1))
+    eps = np.finfo(dtype).eps
+    bound = 30 * m * eps * (np.abs(a).sum(-1).max(-1) * np.abs(x).max(axis=(-2, -1)) + 1)
+    assert (residual <= bound).all(), float((residual - bound).max())
+
+
+def test_installed_tridiagonal_solve_singular(gpu, rng):
+    """NaN where LAPACK's gtsv fails (as jax on the CPU); finite when perturbed."""
+    dl, d, du, b = _tridiagonal_system(rng, (3,), 6, 2, np.float64)
+    dl[1], d[1], du[1] = 0, 0, 0
+    ferrax.install()
+    with ferrax._install.ferrax_on_gpu_everywhere():
+        x, _ = on(gpu, jax.lax.linalg.tridiagonal_solve, dl, d, du, b)
+        finite, _ = on(gpu, lambda *a: jax.lax.linalg.tridiagonal_solve(
+            *a, perturb_singular=True), dl, d, du, b)
+    assert np.isnan(x[1]).all() and np.isfinite(x[[0, 2]]).all()
+    assert np.isfinite(finite).all()
+    cpu, _ = on(jax.devices("cpu")[0], jax.lax.linalg.tridiagonal_solve, dl, d, du, b)
+    np.testing.assert_allclose(x, cpu, rtol=1e-12, atol=1e-12)
 
 
 # --- bad input through the raw targets: an error naming the target, not a crash --------------

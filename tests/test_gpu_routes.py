@@ -141,3 +141,45 @@ def test_cpu_and_cuda_export_round_trip(installed, random_matrix):
     # The factored a a^T is XLA's product, within gamma_n |a| |a^T| of the exact one.
     spd = extended(a) @ extended(a.mT)
     assert_valid_cholesky(spd, lower, slack=gamma(8, np.float32) * np.abs(extended(a)) @ np.abs(extended(a.mT)))
+
+
+def _tridiagonal(batch, m, nrhs, dtype=np.float32):
+    return [spec(batch + (m,), dtype)] * 3 + [spec(batch + (m, nrhs), dtype)]
+
+
+@pytest.mark.parametrize("batch, m, nrhs, ours", [
+    # Enough systems for one thread each to fill the GPU: ferrax's kernel, every order (jax
+    # decomposes m <= 2 in XLA ops).
+    ((2048,), 8, 1, True), ((4, 512), 2, 1, True), ((1024,), 100, 1, True),
+    # Several right-hand sides: jaxlib would launch gtsv2 per system.
+    ((2,), 64, 3, True),
+    # Few systems with one right-hand side, or one system: cuSPARSE's parallel gtsv2.
+    ((4,), 8, 1, False), ((), 4096, 3, False)])
+def test_tridiagonal_solve(installed, batch, m, nrhs, ours):
+    solve = lambda *a: jax.lax.linalg.tridiagonal_solve(*a)
+    got = cuda_targets(solve, *_tridiagonal(batch, m, nrhs))
+    assert got == ({"ferrax_tridiagonal_solve"} if ours else {"cusparse_gtsv2_ffi"})
+    if ours:  # jaxlib's contract: the solution takes b's buffer
+        text = jax.jit(solve).trace(*_tridiagonal(batch, m, nrhs)).lower(
+            lowering_platforms=("cuda",)).as_text()
+        assert re.search(r"output_operand_aliases = \[#stablehlo.output_operand_alias<"
+                         r"output_tuple_indices = \[\], operand_index = 3", text)
+    with ferrax._install.ferrax_on_gpu_everywhere():
+        assert cuda_targets(solve, *_tridiagonal(batch, m, nrhs)) == {"ferrax_tridiagonal_solve"}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_tridiagonal_solve_perturbed_and_vmap(installed, dtype):
+    perturbed = lambda *a: jax.lax.linalg.tridiagonal_solve(*a, perturb_singular=True)
+    assert cuda_targets(perturbed, *_tridiagonal((3,), 5, 1, dtype)) == {
+        "ferrax_tridiagonal_solve_perturbed"}
+    # A batch of systems under vmap (a batch of b alone, jax folds into one system's columns).
+    vmapped = jax.vmap(lambda *a: jax.lax.linalg.tridiagonal_solve(*a))
+    assert cuda_targets(vmapped, *_tridiagonal((5,), 6, 2, dtype)) == {"ferrax_tridiagonal_solve"}
+
+
+def test_tridiagonal_solve_uninstalled_is_stock():
+    assert cuda_targets(jax.lax.linalg.tridiagonal_solve, *_tridiagonal((2048,), 8, 1)) == {
+        "cusparse_gtsv2_ffi"}
+    perturbed = lambda *a: jax.lax.linalg.tridiagonal_solve(*a, perturb_singular=True)
+    assert cuda_targets(perturbed, *_tridiagonal((3,), 5, 1)) == {"cu_tridiagonal_solve_perturbed"}

@@ -120,6 +120,26 @@ def _perturb_singular(ctx, *, perturb_singular):
     return perturb_singular
 
 
+#: Systems from which ferrax's CUDA tridiagonal solve (one thread per system) takes jax's
+#: tridiagonal_solve with one right-hand side, where jaxlib's is cuSPARSE's gtsv2StridedBatch
+#: (parallel within a system too). With several right-hand sides jaxlib launches gtsv2 once
+#: per system, and ferrax takes any batch of two or more. Not measured yet: chosen by the
+#: kernels' design, no GPU in the session that wrote it (scripts/gpu-check times both).
+GPU_TRIDIAGONAL_MIN_BATCH = 1024
+
+
+def _tridiagonal_solve_gpu(ctx, *, perturb_singular):
+    """The perturbed solve always (jaxlib's is one thread per system too); the plain one where
+    the batch keeps the GPU's threads busy or jaxlib would loop over it."""
+    if perturb_singular:
+        return True
+    b = ctx.avals_in[3]
+    if not core.is_constant_shape(b.shape):
+        return False
+    batch, nrhs = int(np.prod(b.shape[:-2], dtype=np.int64)), b.shape[-1]
+    return batch >= GPU_TRIDIAGONAL_MIN_BATCH or (nrhs > 1 and batch > 1)
+
+
 def _without_dropout(ctx, *, dropout, **_):
     # Dropout needs cuDNN's masks: jaxlib's target on GPUs (and an error on the CPU).
     return float(dropout) == 0.0
@@ -228,6 +248,7 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cuda", L.lu_pivots_to_permutation_p, ALWAYS, R.lu_pivots_to_permutation),
     Route("cuda", jax_threefry.threefry2x32_p, _threefry_kernel_asked, R.threefry2x32),
     Route("cuda", L.cholesky_update_p, ALWAYS, R.cholesky_update),
+    Route("cuda", L.tridiagonal_solve_p, _tridiagonal_solve_gpu, R.tridiagonal_solve_cuda),
     # ferrax's RNN takes every shape; the lengths stay on the device (jaxlib's cuDNN target
     # copies them to the host and waits for it).
     Route("cuda", jax_rnn.rnn_fwd_p, _without_dropout, R.rnn_fwd_cuda),
@@ -275,16 +296,19 @@ def ferrax_on_gpu_everywhere():
     """While active, install() lowers every matrix size of the GPU linear-algebra ops to
     ferrax's targets, past the measured thresholds too (benchmarks and tests of those
     targets)."""
+    global GPU_TRIDIAGONAL_MIN_BATCH
     every = {op: {dtype.name: sys.maxsize for dtype in _primitives.LAPACK_DTYPES}
              for op, limits in _GPU_THRESHOLDS.items() if isinstance(limits, dict)}
-    saved = dict(_GPU_THRESHOLDS)
+    saved = dict(_GPU_THRESHOLDS), GPU_TRIDIAGONAL_MIN_BATCH
     _GPU_THRESHOLDS.update(every)
+    GPU_TRIDIAGONAL_MIN_BATCH = 1
     jax.clear_caches()  # lowerings made before would be reused
     try:
         yield
     finally:
         _GPU_THRESHOLDS.clear()
-        _GPU_THRESHOLDS.update(saved)
+        _GPU_THRESHOLDS.update(saved[0])
+        GPU_TRIDIAGONAL_MIN_BATCH = saved[1]
         jax.clear_caches()
 
 

@@ -114,10 +114,21 @@ def triangular_solve_transposed(ctx, a, b, *, left_side, lower, transpose_a, con
 
 
 def tridiagonal_solve_perturbed(ctx, dl, d, du, b, *, perturb_singular):
-    """jax's CPU rule for perturb_singular, which names its target outright, with ferrax's:
-    same operands, layouts and result."""
+    """jax's rule for perturb_singular, which names its target outright, with ferrax's: same
+    operands, layouts and result (CPU and CUDA)."""
     rule = lax_linalg._linalg_ffi_lowering(_targets.TRIDIAGONAL_SOLVE_PERTURBED,
                                            avals_out=[ctx.avals_in[-1]])
+    return rule(ctx, dl, d, du, b)
+
+
+def tridiagonal_solve_cuda(ctx, dl, d, du, b, *, perturb_singular):
+    """jax's GPU rule with ferrax's kernel in place of cuSPARSE's gtsv2 (same operands, x
+    aliasing b, every order where jax decomposes m <= 2 in XLA ops) and of jaxlib's perturbed
+    kernel."""
+    if perturb_singular:
+        return tridiagonal_solve_perturbed(ctx, dl, d, du, b, perturb_singular=True)
+    rule = lax_linalg._linalg_ffi_lowering(_targets.TRIDIAGONAL_SOLVE,
+                                           operand_output_aliases={3: 0})
     return rule(ctx, dl, d, du, b)
 
 

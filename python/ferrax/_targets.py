@@ -63,7 +63,9 @@ GEEV = _target("ferrax_geev", "cpu")
 GEES = _target("ferrax_gees", "cpu")
 GTSV = _target("ferrax_gtsv", "cpu")
 # Targets jax's rules name outright, which ferrax's rules name instead.
-TRIDIAGONAL_SOLVE_PERTURBED = _target("ferrax_tridiagonal_solve_perturbed", "cpu")
+TRIDIAGONAL_SOLVE_PERTURBED = _target("ferrax_tridiagonal_solve_perturbed", "cpu", "cuda")
+# jaxlib's cuSPARSE gtsv2 contract (x aliases b), on ferrax's kernel.
+TRIDIAGONAL_SOLVE = _target("ferrax_tridiagonal_solve", "cuda")
 CSR_SPARSE_DENSE = _target("ferrax_csr_sparse_dense", "cpu")
 # Targets for jax rules that call no kernel (XLA ops), which ferrax's rules call instead.
 COO_SPARSE_DENSE = _target("ferrax_coo_sparse_dense", "cpu")
