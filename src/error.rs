@@ -56,6 +56,10 @@ impl Error {
     pub fn unimplemented(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Unimplemented, message)
     }
+    /// Memory that cannot be had: a size past the address space, or an allocation refused.
+    pub fn resource_exhausted(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::ResourceExhausted, message)
+    }
     /// A caught panic as an INTERNAL error with the panic's message.
     pub fn from_panic(payload: Box<dyn std::any::Any + Send>) -> Self {
         let message = payload

@@ -3,7 +3,7 @@
 //! `RESOURCE_EXHAUSTED` error (or -1 from the C ABI), never Rust's allocation abort, which no
 //! panic guard catches.
 
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, Result};
 
 /// The product of `factors` (element counts, then the element size where one is wanted), or
 /// an error naming `what` when it does not fit in a `usize`.
@@ -17,7 +17,7 @@ pub fn product(what: &str, factors: &[usize]) -> Result<usize> {
         .try_fold(1usize, |total, &factor| total.checked_mul(factor))
         .ok_or_else(|| {
             let shown: Vec<String> = factors.iter().map(usize::to_string).collect();
-            exhausted(format!(
+            Error::resource_exhausted(format!(
                 "{what} of {} elements is past the address space",
                 shown.join(" × ")
             ))
@@ -38,7 +38,7 @@ pub fn grow<T: Clone>(vec: &mut Vec<T>, len: usize, fill: T) -> Result<()> {
     }
     vec.try_reserve_exact(len - vec.len()).map_err(|_| {
         let element = std::mem::size_of::<T>();
-        exhausted(match len.checked_mul(element) {
+        Error::resource_exhausted(match len.checked_mul(element) {
             Some(bytes) => format!("cannot allocate {bytes} bytes ({len} elements of {element})"),
             None => {
                 format!("cannot allocate {len} elements of {element} bytes: past the address space")
@@ -49,13 +49,10 @@ pub fn grow<T: Clone>(vec: &mut Vec<T>, len: usize, fill: T) -> Result<()> {
     Ok(())
 }
 
-fn exhausted(message: String) -> Error {
-    Error::new(ErrorCode::ResourceExhausted, message)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorCode;
 
     #[test]
     fn sizes_past_memory_or_the_address_space_are_errors() {

@@ -117,10 +117,9 @@ impl ScratchAllocator<'_> {
             &mut args,
         )?;
         if args.data.is_null() && size > 0 {
-            return Err(Error::new(
-                super::ErrorCode::ResourceExhausted,
-                format!("XLA returned no memory for {size} bytes of scratch"),
-            ));
+            return Err(Error::resource_exhausted(format!(
+                "XLA returned no memory for {size} bytes of scratch"
+            )));
         }
         self.live.borrow_mut().push((args.data, size));
         Ok(args.data)

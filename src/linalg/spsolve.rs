@@ -14,7 +14,7 @@
 use super::parallel::{for_each_chunk, Pool, SharedMut};
 use super::sparse::{mismatch, SparseIndex};
 use super::LapackScalar;
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, Result};
 use crate::memory::{grow, vec_of};
 use faer::dyn_stack::{MemBuffer, MemStack, StackReq};
 use faer::sparse::linalg::cholesky::{
@@ -351,10 +351,7 @@ impl<'a> Solver<'a> {
 /// faer's scratch, allocated fallibly.
 fn scratch(request: StackReq) -> Result<MemBuffer> {
     MemBuffer::try_new(request).map_err(|_| {
-        Error::new(
-            ErrorCode::ResourceExhausted,
-            "spsolve: cannot allocate the factorization's scratch",
-        )
+        Error::resource_exhausted("spsolve: cannot allocate the factorization's scratch")
     })
 }
 
@@ -367,10 +364,9 @@ fn analysis<S>(made: &OnceLock<Result<S>>) -> Result<&S> {
 
 fn faer_error(error: faer::sparse::FaerError) -> Error {
     match error {
-        faer::sparse::FaerError::OutOfMemory => Error::new(
-            ErrorCode::ResourceExhausted,
-            "spsolve: cannot allocate the sparse factorization",
-        ),
+        faer::sparse::FaerError::OutOfMemory => {
+            Error::resource_exhausted("spsolve: cannot allocate the sparse factorization")
+        }
         other => Error::internal(format!("spsolve: faer: {other:?}")),
     }
 }
@@ -378,6 +374,7 @@ fn faer_error(error: faer::sparse::FaerError) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorCode;
     use crate::linalg::parallel::Serial;
     use num_complex::Complex;
 

@@ -3,7 +3,6 @@
 
 use super::{Solve, PERTURBED, TRIDIAGONAL_SOLVE};
 use crate::cuda::{GpuScalar, GpuStream};
-use crate::error::ErrorCode;
 use crate::ffi::{Error, Result, ScratchAllocator, Stream};
 use crate::ffi_handlers;
 use ferrax_kernels::tridiagonal::{self, Pivots, TridiagonalArgs};
@@ -47,14 +46,11 @@ fn solve_cuda<T: GpuScalar>(
     let (config, workspace_bytes) =
         tridiagonal::launch_config(T::KIND, pivots, batch, m, nrhs, gpu.multiprocessors()?)
             .ok_or_else(|| {
-                Error::new(
-                    ErrorCode::ResourceExhausted,
-                    format!(
+                Error::resource_exhausted(format!(
                     "{}: the workspace for {m} equations with {nrhs} right-hand sides is past \
                      the address space",
-                        target.to_string_lossy()
-                    ),
-                )
+                    target.to_string_lossy()
+                ))
             })?;
     let workspace = scratch.allocate(workspace_bytes, 16)?;
     let args = TridiagonalArgs {
