@@ -360,10 +360,10 @@ kernel_entries! {
 
 /// Threads per block of the solve kernels.
 const BLOCK: u64 = 128;
-/// About this many bytes of workspace for the launch at most (whole blocks): past it, fewer threads, each taking
-/// more systems (a batch of long systems would otherwise ask gigabytes of scratch), but at
-/// least a warp where the batch has that many (then the workspace is below the systems' own
-/// size).
+/// About this many bytes of workspace for the launch at most (whole blocks): past it, fewer
+/// threads, each taking more systems (a batch of long systems would otherwise ask gigabytes of
+/// scratch), but at least a warp where the batch has that many (then the workspace is below
+/// the systems' own size).
 pub const WORKSPACE_BUDGET: u64 = 256 << 20;
 const WARP: u64 = 32;
 

@@ -299,7 +299,7 @@ def ferrax_on_gpu_everywhere():
     global GPU_TRIDIAGONAL_MIN_BATCH
     every = {op: {dtype.name: sys.maxsize for dtype in _primitives.LAPACK_DTYPES}
              for op, limits in _GPU_THRESHOLDS.items() if isinstance(limits, dict)}
-    saved = dict(_GPU_THRESHOLDS), GPU_TRIDIAGONAL_MIN_BATCH
+    saved_thresholds, saved_min_batch = dict(_GPU_THRESHOLDS), GPU_TRIDIAGONAL_MIN_BATCH
     _GPU_THRESHOLDS.update(every)
     GPU_TRIDIAGONAL_MIN_BATCH = 1
     jax.clear_caches()  # lowerings made before would be reused
@@ -307,8 +307,8 @@ def ferrax_on_gpu_everywhere():
         yield
     finally:
         _GPU_THRESHOLDS.clear()
-        _GPU_THRESHOLDS.update(saved[0])
-        GPU_TRIDIAGONAL_MIN_BATCH = saved[1]
+        _GPU_THRESHOLDS.update(saved_thresholds)
+        GPU_TRIDIAGONAL_MIN_BATCH = saved_min_batch
         jax.clear_caches()
 
 
