@@ -70,6 +70,7 @@ fn cases() -> Vec<Case> {
     each_dtype!("qr complete", qr, true);
     each_dtype!("cholesky_update", cholesky_update);
     each_dtype!("tridiagonal_solve", tridiagonal_solve);
+    each_dtype!("sparse products", sparse_products);
     cases.push((
         "getrf past cuSOLVER's 32-bit sizes".into(),
         Box::new(getrf_past_32_bit_sizes),
@@ -631,6 +632,246 @@ fn tridiagonal_solve<T: TestScalar>(device: &Device) -> Result<(), String> {
             Err(e) if e.contains(target) && e.contains("[2, 5]") => {}
             other => return Err(format!("{target}: expected a shape error, got {other:?}")),
         }
+    }
+    Ok(())
+}
+
+// ---- sparse products -------------------------------------------------------------------------
+
+/// `y += a·x` for the dense products of the references below.
+fn add_product<T: TestScalar>(y: &mut T, a: T, x: T) {
+    *y = *y + a * x;
+}
+
+/// `ferrax_csr_sparse_dense` and `ferrax_coo_sparse_dense` against the dense product of the
+/// matrix their entries make (duplicates adding up), both index types, vectors and matrices,
+/// short and long rows (the CSR kernel's lane counts), jax's BCSR padding past the last
+/// offset, COO's negative and out-of-range indices (counted from the end, dropped) and
+/// transpose; then shape refusals naming the target.
+fn sparse_products<T: TestScalar>(device: &Device) -> Result<(), String> {
+    use ferrax::ops::sparse::cuda;
+    let mut rng = Rng(31);
+    // (rows, cols, entries per row at most, n: 0 for a vector)
+    for (rows, cols, per_row, n) in [
+        (7, 5, 3, 0),
+        (40, 300, 200, 0),
+        (33, 9, 5, 4),
+        (6, 4, 4, 37),
+        (0, 3, 0, 2),
+        (3, 0, 0, 0),
+    ] {
+        let what = format!("{rows}x{cols}, n {n}");
+        let width = n.max(1);
+        // CSR with two padding entries past the last offset (whose garbage columns must not
+        // be read as entries).
+        let (mut outer, mut inner) = (vec![0i64], Vec::new());
+        for _ in 0..rows {
+            for _ in 0..rng.range(0, per_row + 1) {
+                inner.push(rng.range(0, cols) as i64);
+            }
+            outer.push(inner.len() as i64);
+        }
+        inner.extend([-7, 1 << 40]);
+        let data: Vec<T> = rng.matrix(inner.len());
+        let rhs: Vec<T> = rng.matrix(cols * width);
+        let mut dense = vec![T::zero(); rows * cols];
+        for r in 0..rows {
+            for e in outer[r] as usize..outer[r + 1] as usize {
+                let at = &mut dense[r * cols + inner[e] as usize];
+                *at = *at + data[e];
+            }
+        }
+        let mut want = vec![T::zero(); rows * width];
+        for r in 0..rows {
+            for c in 0..cols {
+                for j in 0..width {
+                    add_product(
+                        &mut want[r * width + j],
+                        dense[r * cols + c],
+                        rhs[c * width + j],
+                    );
+                }
+            }
+        }
+        let rhs_dims = if n == 0 {
+            vec![cols as i64]
+        } else {
+            vec![cols as i64, n as i64]
+        };
+        let out_dims = if n == 0 {
+            vec![rows as i64]
+        } else {
+            vec![rows as i64, n as i64]
+        };
+        let tol = tolerance::<T>(per_row + 1, 4.0);
+        for wide in [false, true] {
+            let (outer_dev, inner_dev) = if wide {
+                (
+                    device.upload(&outer, vec![rows as i64 + 1]),
+                    device.upload(&inner, vec![inner.len() as i64]),
+                )
+            } else {
+                let narrow = |v: &[i64]| v.iter().map(|&i| i as i32).collect::<Vec<_>>();
+                (
+                    device.upload(&narrow(&outer), vec![rows as i64 + 1]),
+                    device.upload(&narrow(&inner), vec![inner.len() as i64]),
+                )
+            };
+            let (data_dev, rhs_dev) = (
+                device.upload(&data, vec![data.len() as i64]),
+                device.upload(&rhs, rhs_dims.clone()),
+            );
+            let out = device.upload(
+                &vec![T::from_parts(f64::NAN, 0.0); rows * width],
+                out_dims.clone(),
+            );
+            let calls = device.call(
+                cuda::ferrax_cuda_csr_sparse_dense,
+                &[&data_dev, &outer_dev, &inner_dev, &rhs_dev],
+                &[&out],
+                &[],
+            )?;
+            if rows > 0 {
+                expect_path(&what, &calls, "ferrax_csr_sparse_dense")?;
+            }
+            expect_close(
+                &format!("{what}: csr, s64 {wide}"),
+                &out.download::<T>(),
+                &want,
+                tol,
+            )?;
+        }
+
+        // The same entries as COO ([nnz, 2], row-major), shuffled, some written from the end,
+        // plus entries outside the matrix that jax's padding drops.
+        let mut entries: Vec<(i64, i64, T)> = Vec::new();
+        for r in 0..rows {
+            for e in outer[r] as usize..outer[r + 1] as usize {
+                entries.push((r as i64, inner[e], data[e]));
+            }
+        }
+        for i in (1..entries.len()).rev() {
+            entries.swap(i, rng.range(0, i + 1));
+        }
+        for (i, (r, c, _)) in entries.iter_mut().enumerate() {
+            match i % 5 {
+                1 => *r -= rows as i64,
+                2 => *c -= cols as i64,
+                _ => {}
+            }
+        }
+        entries.push((rows as i64, 0, T::from_parts(1.0, 0.0)));
+        entries.push((0, -(cols as i64) - 1, T::from_parts(1.0, 0.0)));
+        let indices: Vec<i64> = entries.iter().flat_map(|&(r, c, _)| [r, c]).collect();
+        let coo_data: Vec<T> = entries.iter().map(|&(_, _, v)| v).collect();
+        for transpose in [false, true] {
+            let (m, k) = if transpose {
+                (cols, rows)
+            } else {
+                (rows, cols)
+            };
+            let rhs: Vec<T> = rng.matrix(k * width);
+            let mut want = vec![T::zero(); m * width];
+            for r in 0..rows {
+                for c in 0..cols {
+                    let (to, from) = if transpose { (c, r) } else { (r, c) };
+                    for j in 0..width {
+                        add_product(
+                            &mut want[to * width + j],
+                            dense[r * cols + c],
+                            rhs[from * width + j],
+                        );
+                    }
+                }
+            }
+            let dims = |a: usize| {
+                if n == 0 {
+                    vec![a as i64]
+                } else {
+                    vec![a as i64, n as i64]
+                }
+            };
+            for wide in [false, true] {
+                let nnz = entries.len() as i64;
+                let indices_dev = if wide {
+                    device.upload(&indices, vec![nnz, 2])
+                } else {
+                    device.upload(
+                        &indices.iter().map(|&i| i as i32).collect::<Vec<_>>(),
+                        vec![nnz, 2],
+                    )
+                };
+                let (data_dev, rhs_dev) = (
+                    device.upload(&coo_data, vec![nnz]),
+                    device.upload(&rhs, dims(k)),
+                );
+                let out = device.upload(&vec![T::from_parts(f64::NAN, 0.0); m * width], dims(m));
+                let attrs = [
+                    ("rows", Attr::I64(rows as i64)),
+                    ("cols", Attr::I64(cols as i64)),
+                    ("transpose", Attr::Bool(transpose)),
+                ];
+                device.call(
+                    cuda::ferrax_cuda_coo_sparse_dense,
+                    &[&data_dev, &indices_dev, &rhs_dev],
+                    &[&out],
+                    &attrs,
+                )?;
+                expect_close(
+                    &format!("{what}: coo, transpose {transpose}, s64 {wide}"),
+                    &out.download::<T>(),
+                    &want,
+                    tol,
+                )?;
+            }
+        }
+    }
+    // Refusals before any launch, naming the target and the operand.
+    let (data, rhs, out) = (
+        device.zeros::<T>(vec![4]),
+        device.zeros::<T>(vec![3]),
+        device.zeros::<T>(vec![2]),
+    );
+    let (outer, inner) = (device.zeros::<i32>(vec![3]), device.zeros::<i32>(vec![5]));
+    match device.call(
+        cuda::ferrax_cuda_csr_sparse_dense,
+        &[&data, &outer, &inner, &rhs],
+        &[&out],
+        &[],
+    ) {
+        Err(e) if e.contains("ferrax_csr_sparse_dense") && e.contains("[4]") => {}
+        other => return Err(format!("csr: expected a shape error, got {other:?}")),
+    }
+    let indices = device.zeros::<i32>(vec![4, 2]);
+    let attrs = [
+        ("rows", Attr::I64(2)),
+        ("cols", Attr::I64(3)),
+        ("transpose", Attr::Bool(true)),
+    ];
+    match device.call(
+        cuda::ferrax_cuda_coo_sparse_dense,
+        &[&data, &indices, &rhs],
+        &[&out],
+        &attrs,
+    ) {
+        Err(e) if e.contains("ferrax_coo_sparse_dense") && e.contains("rhs") => {}
+        other => return Err(format!("coo: expected a shape error, got {other:?}")),
+    }
+    let ints = device.zeros::<i32>(vec![4]);
+    let (int_rhs, int_out) = (device.zeros::<i32>(vec![3]), device.zeros::<i32>(vec![2]));
+    let attrs = [
+        ("rows", Attr::I64(2)),
+        ("cols", Attr::I64(3)),
+        ("transpose", Attr::Bool(false)),
+    ];
+    match device.call(
+        cuda::ferrax_cuda_coo_sparse_dense,
+        &[&ints, &indices, &int_rhs],
+        &[&int_out],
+        &attrs,
+    ) {
+        Err(e) if e.contains("ferrax_coo_sparse_dense") && e.contains("f32, f64, c64 or c128") => {}
+        other => return Err(format!("coo: expected a dtype error, got {other:?}")),
     }
     Ok(())
 }

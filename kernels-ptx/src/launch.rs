@@ -462,6 +462,8 @@ pub const HOST_ENTRIES: &[&[HostEntry]] = &[
     crate::cholesky_update::ENTRIES.host_entries(),
     crate::pivots::ENTRIES.host_entries(),
     crate::tridiagonal::ENTRIES.host_entries(),
+    crate::sparse::CSR.host_entries(),
+    crate::sparse::COO.host_entries(),
     crate::threefry::THREEFRY.host_entries(),
     crate::threefry::BITS.host_entries(),
     crate::relayout::COPY_MATRICES.host_entries(),

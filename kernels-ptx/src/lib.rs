@@ -21,6 +21,7 @@ pub mod relayout;
 pub mod rnn;
 pub mod scalar;
 pub mod small;
+pub mod sparse;
 pub mod threefry;
 pub mod tridiagonal;
 

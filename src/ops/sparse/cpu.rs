@@ -1,7 +1,7 @@
 //! The CPU handlers of the sparse targets: [`crate::linalg::sparse`], [`crate::linalg::coo`]
 //! and [`crate::linalg::spsolve`] on XLA's arrays and thread pool.
 
-use super::{COO_SPARSE_DENSE, CSR_SPARSE_DENSE, SPSOLVE};
+use super::{coo_matrix_shape, coo_shape, csr_shape, ProductShape, COO_SPARSE_DENSE, CSR_SPARSE_DENSE, SPSOLVE};
 use crate::ffi::{Array, Buffer, DataType, Result, ThreadPool};
 use crate::ffi_handlers;
 use crate::linalg::coo::{self, Coo};
@@ -72,7 +72,7 @@ fn csr_sparse_dense_cpu<'a>(
         rhs,
         out,
     };
-    let (cols, n) = check_shapes(ops)?;
+    let ProductShape { cols, n, .. } = csr_shape(&data, &outer, &inner, &rhs, &out)?;
     match data.dtype() {
         DataType::S32 => by_index::<i32>(pool, ops, cols, n),
         DataType::S64 => by_index::<i64>(pool, ops, cols, n),
@@ -85,35 +85,6 @@ fn csr_sparse_dense_cpu<'a>(
             other.to_string(),
         )),
     }
-}
-
-/// Checks the shapes; returns the sparse matrix's column count and `n` (1 for vectors).
-fn check_shapes(ops: Operands<'_>) -> Result<(usize, usize)> {
-    let vector = |b: &Buffer<'_>, what: &str| match b.dims() {
-        &[len] => Ok(len as usize),
-        dims => Err(b.mismatch(format!("shape [{what}]"), format!("shape {dims:?}"))),
-    };
-    let nnz = vector(&ops.data, "nnz")?;
-    let rows = match vector(&ops.outer, "rows + 1")? {
-        0 => return Err(ops.outer.mismatch("shape [rows + 1]".into(), "shape [0]".into())),
-        len => len - 1,
-    };
-    ops.inner.expect_dims(&[nnz as i64])?;
-    let (k, n, out_dims) = match *ops.rhs.dims() {
-        [k] => (k as usize, 1, vec![rows as i64]),
-        [k, n] => (k as usize, n as usize, vec![rows as i64, n]),
-        _ => {
-            return Err(ops.rhs.mismatch(
-                "shape [k] or [k, n]".into(),
-                format!("shape {:?}", ops.rhs.dims()),
-            ))
-        }
-    };
-    ops.out.expect_dims(&out_dims)?;
-    // Sizes the kernel indexes with must fit in memory.
-    ops.out.element_count()?;
-    ops.rhs.element_count()?;
-    Ok((k, n))
 }
 
 fn by_index<T: Element>(pool: ThreadPool<'_>, ops: Operands<'_>, cols: usize, n: usize) -> Result<()> {
@@ -159,6 +130,8 @@ struct CooOperands<'a> {
     out: Buffer<'a>,
     shape: [usize; 2],
     transpose: bool,
+    /// Columns of rhs and out (1 for vectors).
+    n: usize,
 }
 
 #[allow(clippy::too_many_arguments)] // the handler's operands and attributes, as declared
@@ -172,20 +145,16 @@ fn coo_sparse_dense_cpu<'a>(
     cols: i64,
     transpose: bool,
 ) -> Result<()> {
-    let shape = [rows, cols].map(usize::try_from);
-    let [Ok(rows), Ok(cols)] = shape else {
-        return Err(crate::error::Error::invalid_argument(format!(
-            "{}: attributes rows and cols: expected sizes of at least 0, got {rows} and {cols}",
-            COO_SPARSE_DENSE.to_string_lossy()
-        )));
-    };
+    let shape = coo_matrix_shape(rows, cols)?;
+    let ProductShape { n, .. } = coo_shape(&data, &indices, &rhs, &out, shape, transpose)?;
     let ops = CooOperands {
         data,
         indices,
         rhs,
         out,
-        shape: [rows, cols],
+        shape,
         transpose,
+        n,
     };
     match data.dtype() {
         DataType::S32 => coo_by_index::<i32>(pool, ops),
@@ -211,29 +180,11 @@ fn coo_by_index<T: Element>(pool: ThreadPool<'_>, ops: CooOperands<'_>) -> Resul
     }
 }
 
-/// Checks the shapes (module docs) and multiplies.
+/// Multiplies (the shapes checked).
 fn coo_multiply<T: Element, I: SparseIndex>(pool: ThreadPool<'_>, ops: CooOperands<'_>) -> Result<()> {
     let (data, indices) = (Array::<T>::new(ops.data)?, Array::<I>::new(ops.indices)?);
     let (rhs, out) = (Array::<T>::new(ops.rhs)?, Array::<T>::new(ops.out)?);
-    let nnz = match data.dims() {
-        &[nnz] => nnz,
-        dims => return Err(data.mismatch("shape [nnz]".into(), format!("shape {dims:?}"))),
-    };
-    indices.expect_dims(&[nnz, 2])?;
     let [rows, cols] = ops.shape;
-    let (m, k) = if ops.transpose { (cols, rows) } else { (rows, cols) };
-    let (m, k) = (m as i64, k as i64);
-    let (n, out_dims) = match *rhs.dims() {
-        [len] if len == k => (1, vec![m]),
-        [len, n] if len == k => (n as usize, vec![m, n]),
-        _ => {
-            return Err(rhs.mismatch(
-                format!("shape [{k}] or [{k}, n] (rows {rows}, cols {cols}, transpose {})", ops.transpose),
-                format!("shape {:?}", rhs.dims()),
-            ))
-        }
-    };
-    out.expect_dims(&out_dims)?;
     // SAFETY: `out` is the only result and aliases no argument.
     let a = unsafe {
         Coo {
@@ -245,7 +196,7 @@ fn coo_multiply<T: Element, I: SparseIndex>(pool: ThreadPool<'_>, ops: CooOperan
     };
     // SAFETY: as above.
     let (rhs, out) = unsafe { (rhs.as_slice(), out.as_mut_slice()) };
-    coo::coo_times_dense(&pool, a, ops.transpose, rhs, n, out)
+    coo::coo_times_dense(&pool, a, ops.transpose, rhs, ops.n, out)
 }
 
 /// `spsolve`'s operands, untyped: four element types and two index types, dispatched below.

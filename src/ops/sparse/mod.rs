@@ -29,11 +29,103 @@
 //! `tol` and `reorder` are cuSOLVER's). A singular matrix gives a NaN solution, as scipy's.
 
 pub mod cpu;
+pub mod cuda;
 
+use crate::error::Error;
+use crate::ffi::{Buffer, Result};
 use std::ffi::CStr;
 
 pub const CSR_SPARSE_DENSE: &CStr = c"ferrax_csr_sparse_dense";
 pub const COO_SPARSE_DENSE: &CStr = c"ferrax_coo_sparse_dense";
 pub const SPSOLVE: &CStr = c"ferrax_spsolve";
 
-pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS];
+/// The shapes of a sparse times dense product.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ProductShape {
+    /// Entries of the sparse matrix (padding included).
+    pub nnz: usize,
+    /// The sparse matrix's columns (CSR: rhs's rows).
+    pub cols: usize,
+    /// Columns of rhs and out (1 for vectors).
+    pub n: usize,
+}
+
+fn vector_len(b: &Buffer<'_>, what: &str) -> Result<usize> {
+    match b.dims() {
+        &[len] => Ok(len as usize),
+        dims => Err(b.mismatch(format!("shape [{what}]"), format!("shape {dims:?}"))),
+    }
+}
+
+/// Checks `csr_sparse_dense`'s shapes (module docs).
+pub(crate) fn csr_shape(
+    data: &Buffer<'_>,
+    outer: &Buffer<'_>,
+    inner: &Buffer<'_>,
+    rhs: &Buffer<'_>,
+    out: &Buffer<'_>,
+) -> Result<ProductShape> {
+    let nnz = vector_len(data, "nnz")?;
+    let rows = match vector_len(outer, "rows + 1")? {
+        0 => return Err(outer.mismatch("shape [rows + 1]".into(), "shape [0]".into())),
+        len => len - 1,
+    };
+    inner.expect_dims(&[nnz as i64])?;
+    let (cols, n, out_dims) = match *rhs.dims() {
+        [k] => (k as usize, 1, vec![rows as i64]),
+        [k, n] => (k as usize, n as usize, vec![rows as i64, n]),
+        _ => {
+            return Err(rhs.mismatch(
+                "shape [k] or [k, n]".into(),
+                format!("shape {:?}", rhs.dims()),
+            ))
+        }
+    };
+    out.expect_dims(&out_dims)?;
+    // Sizes the kernels index with must fit in memory.
+    out.element_count()?;
+    rhs.element_count()?;
+    Ok(ProductShape { nnz, cols, n })
+}
+
+/// `coo_sparse_dense`'s attributes `rows` and `cols` as sizes.
+pub(crate) fn coo_matrix_shape(rows: i64, cols: i64) -> Result<[usize; 2]> {
+    match [rows, cols].map(usize::try_from) {
+        [Ok(rows), Ok(cols)] => Ok([rows, cols]),
+        _ => Err(Error::invalid_argument(format!(
+            "{}: attributes rows and cols: expected sizes of at least 0, got {rows} and {cols}",
+            COO_SPARSE_DENSE.to_string_lossy()
+        ))),
+    }
+}
+
+/// Checks `coo_sparse_dense`'s shapes (module docs) for a `shape` sparse matrix.
+pub(crate) fn coo_shape(
+    data: &Buffer<'_>,
+    indices: &Buffer<'_>,
+    rhs: &Buffer<'_>,
+    out: &Buffer<'_>,
+    shape: [usize; 2],
+    transpose: bool,
+) -> Result<ProductShape> {
+    let nnz = vector_len(data, "nnz")?;
+    indices.expect_dims(&[nnz as i64, 2])?;
+    let [rows, cols] = shape;
+    let (m, k) = if transpose { (cols, rows) } else { (rows, cols) };
+    let (m, k) = (m as i64, k as i64);
+    let (n, out_dims) = match *rhs.dims() {
+        [len] if len == k => (1, vec![m]),
+        [len, n] if len == k => (n as usize, vec![m, n]),
+        _ => {
+            return Err(rhs.mismatch(
+                format!("shape [{k}] or [{k}, n] (rows {rows}, cols {cols}, transpose {transpose})"),
+                format!("shape {:?}", rhs.dims()),
+            ))
+        }
+    };
+    out.expect_dims(&out_dims)?;
+    out.element_count()?;
+    Ok(ProductShape { nnz, cols, n })
+}
+
+pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS, cuda::HANDLERS];
