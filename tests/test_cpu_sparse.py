@@ -291,20 +291,34 @@ def test_install_routes_and_uninstall_restores():
     assert STOCK_TARGET in hlo(matmul, m, np.ones(3)) and "ferrax" not in hlo(matmul, m, np.ones(3))
 
 
-def test_internal_csr_primitives_fail_as_in_stock_jax():
-    # jax 0.10.2's CPU rule for csr_spmv_p / csr_spmm_p takes none of their parameters, so they
-    # cannot be lowered on CPU; ferrax's rule keeps that signature (and jaxlib's operand order).
-    c = sparse.CSR(csr_arrays(np.eye(3)), shape=(3, 3))
-
-    def spmv(v):
-        return _lowerings.csr_spmv_p.bind(c.data, c.indices, c.indptr, v, transpose=False,
-                                          shape=(3, 3))
-
-    for install in (False, True):
-        if install:
-            ferrax.install()
-        with pytest.raises(TypeError, match="unexpected keyword argument 'transpose'"):
-            jax.jit(spmv).lower(np.ones(3))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("rhs_cols", [None, 3])
+def test_internal_product_primitives_lower_with_ferrax(dtype, rhs_cols, random_sparse,
+                                                       random_dense):
+    # jax's CPU rule for csr_spmv_p / csr_spmm_p takes none of their parameters and coo_spmv_p /
+    # coo_spmm_p have none on the CPU: stock jax cannot lower them there; ferrax's rules can.
+    a = random_sparse((6, 5), dtype)
+    data, indices, indptr = csr_arrays(a)
+    rows, cols = np.nonzero(a)
+    csr_p, coo_p = ((_lowerings.csr_spmv_p, _lowerings.coo_spmv_p) if rhs_cols is None
+                    else (_lowerings.csr_spmm_p, _lowerings.coo_spmm_p))
+    csr = lambda v: csr_p.bind(data, indices, indptr, v, transpose=False, shape=a.shape)
+    coo = lambda v, t: coo_p.bind(a[rows, cols], rows.astype(np.int32), cols.astype(np.int32),
+                                  v, transpose=t, shape=a.shape)
+    tail = () if rhs_cols is None else (rhs_cols,)
+    v, w = random_dense((5,) + tail, dtype), random_dense((6,) + tail, dtype)
+    ferrax.uninstall()
+    with pytest.raises((TypeError, NotImplementedError)):
+        jax.jit(csr).lower(v)
+    with pytest.raises(NotImplementedError):
+        jax.jit(coo, static_argnums=1).lower(v, False)
+    ferrax.install()
+    try:
+        assert_product(jax.jit(csr)(v), a, v)
+        assert_product(jax.jit(coo, static_argnums=1)(v, False), a, v)
+        assert_product(jax.jit(coo, static_argnums=1)(w, True), a.T, w)
+    finally:
+        ferrax.uninstall()
 
 
 # --- the raw target ----------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 import jax
 import jax.numpy as jnp
 from jax import export
+from jax.experimental import sparse
 from jax._src.lax import linalg as lax_linalg
 
 import ferrax
@@ -421,8 +422,9 @@ def _gpu_program(a):
     # (Not cholesky_update: stock jax's CUDA target for it is not export-stable.)
     spd = a @ a.mT + 8 * jnp.eye(8)
     tridiagonal = jax.lax.linalg.tridiagonal_solve(a[:, 0], a[:, 1] + 8, a[:, 2], a[..., :2])
+    product = sparse.BCOO.fromdense(a[0], nse=64) @ a[1]
     return (jax.lax.linalg.lu(a)[0], jnp.linalg.qr(a)[1], jnp.linalg.cholesky(spd),
-            lax_linalg.geqrf(a)[0], tridiagonal)
+            lax_linalg.geqrf(a)[0], tridiagonal, product)
 
 
 def test_plain_multiplatform_export_is_stock_on_cuda_too():
@@ -449,4 +451,5 @@ def test_plain_multiplatform_export_is_stock_on_cuda_too():
                                                                    "cusolver_orgqr_ffi"}
     assert not ferrax_targets(batched), custom_calls(batched)
     assert {"ferrax_getrf_row_major", "ferrax_qr", "ferrax_cholesky",
-            "ferrax_geqrf", "ferrax_tridiagonal_solve"} <= ferrax_targets(opted)
+            "ferrax_geqrf", "ferrax_tridiagonal_solve", "ferrax_coo_sparse_dense"
+            } <= ferrax_targets(opted)

@@ -183,3 +183,70 @@ def test_tridiagonal_solve_uninstalled_is_stock():
         "cusparse_gtsv2_ffi"}
     perturbed = lambda *a: jax.lax.linalg.tridiagonal_solve(*a, perturb_singular=True)
     assert cuda_targets(perturbed, *_tridiagonal((3,), 5, 1)) == {"cu_tridiagonal_solve_perturbed"}
+
+
+# ---- sparse products ---------------------------------------------------------------------------
+
+SPARSE_DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+def _sparse_operands(dtype, rhs_shape):
+    from jax.experimental import sparse
+    a = np.eye(6, dtype=dtype)
+    a[0, 5] = 2  # off the diagonal: a product that would notice a transpose
+    return sparse.BCSR.fromdense(a), sparse.BCOO.fromdense(a), spec(rhs_shape, dtype)
+
+
+@pytest.mark.parametrize("dtype", SPARSE_DTYPES)
+@pytest.mark.parametrize("rhs_shape", [(6,), (6, 3)])
+def test_sparse_products_lower_without_a_gpu(installed, dtype, rhs_shape):
+    # jaxlib's cuSPARSE rules ask the GPU for descriptors while lowering (they fail here);
+    # ferrax's targets need none.
+    from jax._src import config
+    bcsr, bcoo, rhs = _sparse_operands(dtype, rhs_shape)
+    with config.bcoo_cusparse_lowering(True):
+        assert cuda_targets(lambda v: bcsr @ v, rhs) == {"ferrax_csr_sparse_dense"}
+        assert cuda_targets(lambda v: bcoo @ v, rhs) == {"ferrax_coo_sparse_dense"}
+        # The rhs contracted on its second dimension (jax transposes it for the call), and
+        # the matrix on the right (COO's transpose attribute).
+        if len(rhs_shape) == 2:
+            rhs_t = spec(rhs_shape[::-1], dtype)
+            assert cuda_targets(lambda v: bcoo @ v.T, rhs_t) == {"ferrax_coo_sparse_dense"}
+            assert cuda_targets(lambda v: v @ bcoo, rhs_t) == {"ferrax_coo_sparse_dense"}
+    # jax's default on GPUs, XLA's gather and scatter-add, stays until gpu-check measures it.
+    assert cuda_targets(lambda v: bcoo @ v, rhs) == set()
+    with ferrax._install.ferrax_on_gpu_everywhere():
+        assert cuda_targets(lambda v: bcoo @ v, rhs) == {"ferrax_coo_sparse_dense"}
+
+
+def test_sparse_primitives_and_legacy_classes_on_cuda(installed):
+    from jax.experimental import sparse
+    from jax.experimental.sparse import _lowerings
+    a = np.eye(5, dtype=np.float32)
+    data, indices, indptr = a.diagonal().copy(), np.arange(5, dtype=np.int32), np.arange(
+        6, dtype=np.int32)
+    v = spec((5,), np.float32)
+    csr = lambda t: lambda x: _lowerings.csr_spmv_p.bind(data, indices, indptr, x, transpose=t,
+                                                         shape=(5, 5))
+    coo = lambda t: lambda x: _lowerings.coo_spmv_p.bind(data, indices, indices, x, transpose=t,
+                                                         shape=(5, 5))
+    assert cuda_targets(csr(False), v) == {"ferrax_csr_sparse_dense"}
+    assert cuda_targets(coo(False), v) == cuda_targets(coo(True), v) == {"ferrax_coo_sparse_dense"}
+    # CSR's transpose stays jaxlib's (it needs a GPU to lower).
+    with pytest.raises(Exception, match="descriptor"):
+        cuda_targets(csr(True), v)
+    # The legacy CSR and COO classes call jax's cuSPARSE rules through their module (their
+    # dense conversions stay jaxlib's).
+    legacy_csr = sparse.CSR((data, indices, indptr), shape=(5, 5))
+    legacy_coo = sparse.COO((data, indices, indices), shape=(5, 5), rows_sorted=True)
+    assert cuda_targets(lambda x: legacy_csr @ x, v) == {"ferrax_csr_sparse_dense"}
+    assert cuda_targets(lambda x: legacy_coo @ x, v) == {"ferrax_coo_sparse_dense"}
+
+
+def test_sparse_products_uninstalled_need_a_gpu():
+    from jax._src import config
+    bcsr, bcoo, rhs = _sparse_operands(np.float32, (6,))
+    with config.bcoo_cusparse_lowering(True):
+        for product in (lambda v: bcsr @ v, lambda v: bcoo @ v):
+            with pytest.raises(Exception, match="descriptor"):
+                cuda_targets(product, rhs)

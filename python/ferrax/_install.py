@@ -126,6 +126,9 @@ def _perturb_singular(ctx, *, perturb_singular):
 #: per system, and ferrax takes any batch of two or more. Not measured yet: chosen by the
 #: kernels' design, no GPU in the session that wrote it (scripts/gpu-check times both).
 GPU_TRIDIAGONAL_MIN_BATCH = 1024
+#: Set by ferrax_on_gpu_everywhere: ferrax's GPU targets past every threshold and condition of
+#: choice (not of ability).
+_GPU_EVERYWHERE = False
 
 
 def _tridiagonal_solve_gpu(ctx, *, perturb_singular):
@@ -164,6 +167,33 @@ def _plain_bcoo(ctx, *, dimension_numbers, lhs_spinfo, **_):
                                                        lhs_spinfo.shape))
             and data.dtype == rhs.dtype == out.dtype and np.dtype(data.dtype) in _COO_DTYPES
             and np.dtype(indices.dtype) in _COO_INDEX_DTYPES)
+
+
+#: The dtypes of ferrax's CUDA sparse products (and cuSPARSE's).
+_GPU_SPARSE_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)}
+
+
+def _sparse_product(*, csr, gpu):
+    """jax's CSR and COO product primitives (``csr_spmv_p``, ``coo_spmm_p``, ...) that
+    ferrax's targets compute: static shapes, a 2-D matrix (not jax's batched COO), CSR
+    untransposed; on the GPU, float dtypes."""
+
+    def when(ctx, *, transpose, shape, **_):
+        data = ctx.avals_in[0]
+        return (len(shape) == 2 and not (csr and transpose)
+                and all(core.is_constant_shape(a.shape) for a in ctx.avals_in)
+                and (not gpu or np.dtype(data.dtype) in _GPU_SPARSE_DTYPES))
+
+    return when
+
+
+def _plain_bcoo_gpu(ctx, **params):
+    """A BCOO dot_general on CUDA that ferrax takes: float dtypes, where the user asked jax for
+    a sparse library's product (``jax_bcoo_cusparse_lowering``; jax's default is XLA's gather
+    and scatter-add, which ferrax's kernel matches in its work until gpu-check measures them)
+    or ferrax_on_gpu_everywhere is on."""
+    return ((config.bcoo_cusparse_lowering.value or _GPU_EVERYWHERE)
+            and np.dtype(ctx.avals_in[0].dtype) in _GPU_SPARSE_DTYPES and _plain_bcoo(ctx, **params))
 
 
 def _threefry_kernel_asked(ctx):
@@ -224,8 +254,10 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cpu", L.tridiagonal_solve_p, _perturb_singular, R.tridiagonal_solve_perturbed),
     Route("cpu", L.lu_pivots_to_permutation_p, ALWAYS, R.lu_pivots_to_permutation),
     Route("cpu", jax_threefry.threefry2x32_p, ALWAYS, R.threefry2x32),
-    Route("cpu", S.csr_spmv_p, ALWAYS, R.csr_spmm),
-    Route("cpu", S.csr_spmm_p, ALWAYS, R.csr_spmm),
+    Route("cpu", S.csr_spmv_p, _sparse_product(csr=True, gpu=False), R.csr_product),
+    Route("cpu", S.csr_spmm_p, _sparse_product(csr=True, gpu=False), R.csr_product),
+    Route("cpu", S.coo_spmv_p, _sparse_product(csr=False, gpu=False), R.coo_product),
+    Route("cpu", S.coo_spmm_p, _sparse_product(csr=False, gpu=False), R.coo_product),
     # BCOO products: XLA's gather and scatter-add in jax's rule, one serial pass.
     Route("cpu", jax_bcoo.bcoo_dot_general_p, _plain_bcoo, R.bcoo_dot_general),
     # jax's spsolve: a Python callback into scipy on the CPU.
@@ -249,6 +281,13 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cuda", jax_threefry.threefry2x32_p, _threefry_kernel_asked, R.threefry2x32),
     Route("cuda", L.cholesky_update_p, ALWAYS, R.cholesky_update),
     Route("cuda", L.tridiagonal_solve_p, _tridiagonal_solve_gpu, R.tridiagonal_solve_cuda),
+    # jaxlib's cuSPARSE rules ask the GPU for descriptors while lowering; ferrax's need none.
+    # BCSR's and BCOO's products reach these under jax_bcoo_cusparse_lowering.
+    Route("cuda", S.csr_spmv_p, _sparse_product(csr=True, gpu=True), R.csr_product),
+    Route("cuda", S.csr_spmm_p, _sparse_product(csr=True, gpu=True), R.csr_product),
+    Route("cuda", S.coo_spmv_p, _sparse_product(csr=False, gpu=True), R.coo_product),
+    Route("cuda", S.coo_spmm_p, _sparse_product(csr=False, gpu=True), R.coo_product),
+    Route("cuda", jax_bcoo.bcoo_dot_general_p, _plain_bcoo_gpu, R.bcoo_dot_general),
     # ferrax's RNN takes every shape; the lengths stay on the device (jaxlib's cuDNN target
     # copies them to the host and waits for it).
     Route("cuda", jax_rnn.rnn_fwd_p, _without_dropout, R.rnn_fwd_cuda),
@@ -296,19 +335,19 @@ def ferrax_on_gpu_everywhere():
     """While active, install() lowers every matrix size of the GPU linear-algebra ops to
     ferrax's targets, past the measured thresholds too (benchmarks and tests of those
     targets)."""
-    global GPU_TRIDIAGONAL_MIN_BATCH
+    global GPU_TRIDIAGONAL_MIN_BATCH, _GPU_EVERYWHERE
     every = {op: {dtype.name: sys.maxsize for dtype in _primitives.LAPACK_DTYPES}
              for op, limits in _GPU_THRESHOLDS.items() if isinstance(limits, dict)}
     saved_thresholds, saved_min_batch = dict(_GPU_THRESHOLDS), GPU_TRIDIAGONAL_MIN_BATCH
     _GPU_THRESHOLDS.update(every)
-    GPU_TRIDIAGONAL_MIN_BATCH = 1
+    GPU_TRIDIAGONAL_MIN_BATCH, _GPU_EVERYWHERE = 1, True
     jax.clear_caches()  # lowerings made before would be reused
     try:
         yield
     finally:
         _GPU_THRESHOLDS.clear()
         _GPU_THRESHOLDS.update(saved_thresholds)
-        GPU_TRIDIAGONAL_MIN_BATCH = saved_min_batch
+        GPU_TRIDIAGONAL_MIN_BATCH, _GPU_EVERYWHERE = saved_min_batch, False
         jax.clear_caches()
 
 
@@ -360,6 +399,20 @@ def _lapack_names_rules() -> list[Patch]:
 
 _jax_csr_spmm_cpu = sparse_lowerings._csr_spmm_cpu_lowering
 
+
+def _cusparse_rule(name: str, when: Callable[..., bool], ferrax: Callable) -> Patch:
+    """Replaces jax's cuSPARSE rule ``name`` in its module, which BCSR's product (under
+    jax_bcoo_cusparse_lowering) and the legacy CSR and COO classes call outright: ferrax's rule
+    on CUDA where ``when`` holds, else jax's."""
+    jax_rule = getattr(sparse_lowerings, name)
+
+    def rule(ctx, *args, target_name_prefix, **params):
+        if target_name_prefix == "cu" and when(ctx, **params):
+            return ferrax(ctx, *args, **params)
+        return jax_rule(ctx, *args, target_name_prefix=target_name_prefix, **params)
+
+    return _attribute(sparse_lowerings, name, _export.stock_when_exporting(rule, jax_rule))
+
 _PATCHES = [
     _attribute(jaxlib_lapack, "prepare_lapack_call", _prepare_lapack_call),
     *_lapack_names_rules(),
@@ -370,6 +423,10 @@ _PATCHES = [
     # The BCSR dot_general lowering looks jax's CPU sparse rule up through its module.
     _attribute(sparse_lowerings, "_csr_spmm_cpu_lowering",
                _export.stock_when_exporting(_rules.csr_spmm, _jax_csr_spmm_cpu)),
+    *(_cusparse_rule(f"_csr_{op}_gpu_lowering", _sparse_product(csr=True, gpu=True),
+                     _rules.csr_product) for op in ("spmv", "spmm")),
+    *(_cusparse_rule(f"_coo_{op}_gpu_lowering", _sparse_product(csr=False, gpu=True),
+                     _rules.coo_product) for op in ("spmv", "spmm")),
     # jnp.linalg / jax.scipy.linalg call jax's cholesky through its module; its symmetrize
     # and tril are XLA passes outside cholesky_p, which ferrax's does in the call.
     _attribute(lax_linalg, "cholesky", linalg.cholesky),

@@ -139,6 +139,31 @@ def csr_spmm(ctx, data, outer_indices, inner_indices, rhs):
                                                           inner_indices, rhs)
 
 
+def csr_product(ctx, data, indices, indptr, x, **_):
+    """jax's ``csr_spmv_p`` and ``csr_spmm_p`` (operands data, indices, indptr, x; the CUDA
+    rule's too) untransposed (the routing condition): ferrax_csr_sparse_dense, which takes the
+    offsets before the columns. jax's own CPU rule fails on these primitives' parameters."""
+    data_aval, indices_aval, indptr_aval, x_aval = ctx.avals_in
+    sub_ctx = ctx.replace(avals_in=[data_aval, indptr_aval, indices_aval, x_aval])
+    return jax_ffi.ffi_lowering(_targets.CSR_SPARSE_DENSE)(sub_ctx, data, indptr, indices, x)
+
+
+def coo_product(ctx, data, row, col, x, *, transpose, shape, **_):
+    """jax's ``coo_spmv_p`` and ``coo_spmm_p`` of a 2-D matrix (operands data, row, col, x;
+    the CUDA rule's too): ferrax_coo_sparse_dense, the indices stacked into its ``[nnz, 2]``
+    (a pass over them, far smaller than the product's)."""
+    data_aval, row_aval, _, x_aval = ctx.avals_in
+    nnz, = row_aval.shape
+    column = mlir.aval_to_ir_type(ctx.module_context, row_aval.update(shape=(nnz, 1)))
+    indices = hlo.concatenate([hlo.reshape(column, row), hlo.reshape(column, col)],
+                              mlir.i64_attr(1))
+    indices_aval = row_aval.update(shape=(nnz, 2))
+    rows, cols = shape
+    rule = jax_ffi.ffi_lowering(_targets.COO_SPARSE_DENSE)
+    return rule(ctx.replace(avals_in=[data_aval, indices_aval, x_aval]), data, indices, x,
+                rows=np.int64(rows), cols=np.int64(cols), transpose=bool(transpose))
+
+
 def bcoo_dot_general(ctx, data, indices, rhs, *, dimension_numbers, lhs_spinfo, **_):
     """jax's BCOO dot_general of a plain sparse matrix (the routing table's condition) as one
     ferrax_coo_sparse_dense call, where jax's rule has XLA gather rhs's rows, multiply and

@@ -66,9 +66,9 @@ GTSV = _target("ferrax_gtsv", "cpu")
 TRIDIAGONAL_SOLVE_PERTURBED = _target("ferrax_tridiagonal_solve_perturbed", "cpu", "cuda")
 # jaxlib's cuSPARSE gtsv2 contract (x aliases b), on ferrax's kernel.
 TRIDIAGONAL_SOLVE = _target("ferrax_tridiagonal_solve", "cuda")
-CSR_SPARSE_DENSE = _target("ferrax_csr_sparse_dense", "cpu")
+CSR_SPARSE_DENSE = _target("ferrax_csr_sparse_dense", "cpu", "cuda")
 # Targets for jax rules that call no kernel (XLA ops), which ferrax's rules call instead.
-COO_SPARSE_DENSE = _target("ferrax_coo_sparse_dense", "cpu")
+COO_SPARSE_DENSE = _target("ferrax_coo_sparse_dense", "cpu", "cuda")
 SPSOLVE = _target("ferrax_spsolve", "cpu")
 # jaxlib's Triton kernel-call contract, which jax-triton's calls lower to (``_kernel_call``).
 TRITON_KERNEL_CALL = _target("ferrax_triton_kernel_call", "cuda")
