@@ -173,6 +173,43 @@ def main():
                     jax.lax.linalg.tridiagonal_solve, perturb_singular=True), sets)
                 row("tridiagonal_solve perturbed", f"{batch}x{m}x{nrhs}", moved, stock, ours, "≥1x")
 
+    # Sparse products (issue #23), f32: a 2-D Laplacian (5 entries a row) and rows of 64
+    # random columns. BCSR under jax_bcoo_cusparse_lowering: jaxlib's cuSPARSE SpMV/SpMM
+    # (stock) against ferrax's CSR kernel; BCOO: jax's default on GPUs, XLA's gather and
+    # scatter-add (stock), against ferrax's COO kernel (forced: GPU_EVERYWHERE).
+    import scipy.sparse
+    from jax.experimental import sparse
+    side = 1000 // int(np.sqrt(scale))
+    laplacian = scipy.sparse.kronsum(*[scipy.sparse.diags(
+        [-1, 2, -1], [-1, 0, 1], (side, side))] * 2, format="csr").astype(np.float32)
+    rows_64 = 100_000 // scale
+    random_rows = scipy.sparse.csr_matrix((
+        rng.standard_normal(64 * rows_64).astype(np.float32),
+        rng.integers(0, rows_64, 64 * rows_64), np.arange(0, 64 * rows_64 + 1, 64)),
+        (rows_64, rows_64))
+    for label, a in ((f"laplacian {side}^2", laplacian), (f"{rows_64}x64 random", random_rows)):
+        a.sort_indices()
+        coo = a.tocoo()
+        csr_arrays = (jnp.asarray(a.data), jnp.asarray(a.indices.astype(np.int32)),
+                      jnp.asarray(a.indptr.astype(np.int32)))
+        coo_arrays = (jnp.asarray(coo.data),
+                      jnp.asarray(np.stack([coo.row, coo.col], 1).astype(np.int32)))
+        for n in (None, 8):
+            tail = () if n is None else (n,)
+            vectors = [jnp.asarray(rng.standard_normal(a.shape[1:] + tail), jnp.float32)
+                       for _ in range(4)]
+            moved = 8 * a.nnz + 4 * a.shape[0] + 8 * a.shape[0] * (n or 1)
+            size = f"{label}, n={n or 'vec'}"
+            # The matrix passed in, not closed over (jit would embed it as a constant).
+            bcsr = lambda d, i, p, v, shape=a.shape: sparse.BCSR((d, i, p), shape=shape) @ v
+            bcoo = lambda d, i, v, shape=a.shape: sparse.BCOO((d, i), shape=shape) @ v
+            with jax_config.bcoo_cusparse_lowering(True):
+                stock, ours = stock_and_ferrax(bcsr, [(*csr_arrays, v) for v in vectors])
+            row("BCSR @ dense (cuSPARSE)", size, moved, stock, ours, "≥1x")
+            with ferrax._install.ferrax_on_gpu_everywhere():
+                stock, ours = stock_and_ferrax(bcoo, [(*coo_arrays, v) for v in vectors])
+            row("BCOO @ dense (XLA scatter)", size, moved + 4 * a.nnz, stock, ours, "≥1x")
+
     # Batched factorizations (issue #5) at its goal sizes: jax's functions, stock vs installed
     # with ferrax's targets forced at every size (its kernels up to 128, its cuSOLVER/cuBLAS
     # choices past them), whatever gpu_thresholds.json routes today.

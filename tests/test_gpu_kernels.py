@@ -11,7 +11,8 @@ from jax._src import config as jax_config
 from jax._src.lax import linalg as lax_linalg  # geqrf: not exported by jax.lax.linalg
 
 import ferrax
-from helpers import assert_same, permutation_of_pivots, tridiagonal_matrix
+from helpers import (assert_same, assert_within_bound, permutation_of_pivots,
+                     sparse_product_bound, sparse_product_reference, tridiagonal_matrix)
 
 from test_pivots_threefry import _random_pivots
 
@@ -210,6 +211,37 @@ def test_installed_tridiagonal_solve_singular(gpu, rng):
     assert np.isfinite(finite).all()
     cpu, _ = on(jax.devices("cpu")[0], jax.lax.linalg.tridiagonal_solve, dl, d, du, b)
     np.testing.assert_allclose(x, cpu, rtol=1e-12, atol=1e-12)
+
+
+# --- sparse products (ferrax's kernels for cuSPARSE's SpMV/SpMM and XLA's scatter-add) -------
+
+@pytest.mark.parametrize("rhs_cols", [None, 1, 5, 64])
+@pytest.mark.parametrize("shape, per_row", [((300, 200), 3), ((64, 5000), 900)])
+def test_installed_sparse_products_within_the_bound(gpu, dtype, rhs_cols, shape, per_row,
+                                                    random_matrix, rng):
+    """BCSR and BCOO products (both orientations) against the exact sum of the stored
+    entries, within the rounding bound of the longest row: short rows (one lane per row) and
+    long ones (a warp per row), vectors and matrices."""
+    from jax.experimental import sparse
+    rows, cols = shape
+    mask = np.zeros(shape, bool)
+    for r in range(rows):
+        mask[r, rng.choice(cols, rng.integers(0, per_row + 1), replace=False)] = True
+    a = np.where(mask, random_matrix(shape, dtype), 0).astype(dtype)
+    tail = () if rhs_cols is None else (rhs_cols,)
+    v, w = random_matrix((cols,) + tail, dtype), random_matrix((rows,) + tail, dtype)
+    ferrax.install()
+    with jax_config.bcoo_cusparse_lowering(True):
+        bcsr, bcoo = sparse.BCSR.fromdense(a), sparse.BCOO.fromdense(a)
+        (x, y, z), hlo = on(gpu, lambda v, w: (bcsr @ v, bcoo @ v, w.T @ bcoo), v, w)
+    assert "ferrax_csr_sparse_dense" in hlo and "ferrax_coo_sparse_dense" in hlo
+    r, c = np.nonzero(a)
+    for got, (data, rows_, cols_, rhs, out_rows) in [
+            (x, (a[r, c], r, c, v, rows)), (y, (a[r, c], r, c, v, rows)),
+            (z.T, (a[r, c], c, r, w, cols))]:
+        exact, magnitude = sparse_product_reference(data, rows_, cols_, rhs, out_rows)
+        longest = max(np.bincount(rows_, minlength=out_rows).max(initial=0), 1)
+        assert_within_bound(got, exact, sparse_product_bound(dtype, longest) * magnitude)
 
 
 # --- bad input through the raw targets: an error naming the target, not a crash --------------
