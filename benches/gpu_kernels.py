@@ -210,6 +210,22 @@ def main():
                 stock, ours = stock_and_ferrax(bcoo, [(*coo_arrays, v) for v in vectors])
             row("BCOO @ dense (XLA scatter)", size, moved + 4 * a.nnz, stock, ours, "≥1x")
 
+    # Sparse solves (issue #23): jax's spsolve on a 2-D Laplacian, f32: jaxlib's csrlsvqr
+    # (cuSOLVER's sparse QR on the GPU) against ferrax_spsolve (faer on the host, copies both
+    # ways); two right-hand sides, one call each.
+    from jax.experimental.sparse import linalg as jax_sparse_linalg
+    for side in (100, 250 // int(np.sqrt(scale))):
+        a = scipy.sparse.kronsum(*[scipy.sparse.diags([-1, 4, -1], [-1, 0, 1], (side, side))] * 2,
+                                 format="csr")
+        a.sort_indices()
+        operands = (jnp.asarray(a.data, jnp.float32), jnp.asarray(a.indices.astype(np.int32)),
+                    jnp.asarray(a.indptr.astype(np.int32)))
+        sets = [(*operands, jnp.asarray(rng.standard_normal(side * side), jnp.float32))
+                for _ in range(2)]
+        moved = 8 * a.nnz + 12 * side * side
+        stock, ours = stock_and_ferrax(jax_sparse_linalg.spsolve, sets)
+        row("spsolve f32 (Laplacian)", f"n={side * side}", moved, stock, ours, "≥1x csrlsvqr")
+
     # Batched factorizations (issue #5) at its goal sizes: jax's functions, stock vs installed
     # with ferrax's targets forced at every size (its kernels up to 128, its cuSOLVER/cuBLAS
     # choices past them), whatever gpu_thresholds.json routes today.

@@ -71,6 +71,7 @@ fn cases() -> Vec<Case> {
     each_dtype!("cholesky_update", cholesky_update);
     each_dtype!("tridiagonal_solve", tridiagonal_solve);
     each_dtype!("sparse products", sparse_products);
+    each_dtype!("spsolve", spsolve);
     cases.push((
         "getrf past cuSOLVER's 32-bit sizes".into(),
         Box::new(getrf_past_32_bit_sizes),
@@ -874,6 +875,146 @@ fn sparse_products<T: TestScalar>(device: &Device) -> Result<(), String> {
         other => return Err(format!("coo: expected a dtype error, got {other:?}")),
     }
     Ok(())
+}
+
+/// `ferrax_spsolve` (solved on the host from device buffers) by the residual of each system:
+/// a batch of matrices with one pattern, one matrix for a batch of right-hand sides, both
+/// index types, a singular matrix (a zero row: NaN, its neighbours solved), n = 0, and a shape
+/// refusal naming the target.
+fn spsolve<T: TestScalar>(device: &Device) -> Result<(), String> {
+    use ferrax::ops::sparse::cuda;
+    let mut rng = Rng(37);
+    let n = 40;
+    // A pattern with the diagonal and a few entries a row; values diagonally dominant.
+    let (mut indptr, mut indices) = (vec![0i64], Vec::new());
+    for r in 0..n {
+        let mut cols = vec![r as i64];
+        for _ in 0..3 {
+            let c = rng.range(0, n) as i64;
+            if !cols.contains(&c) {
+                cols.push(c);
+            }
+        }
+        cols.sort();
+        indices.extend(&cols);
+        indptr.push(indices.len() as i64);
+    }
+    let nnz = indices.len();
+    let matrix = |rng: &mut Rng| -> Vec<T> {
+        let mut data: Vec<T> = rng.matrix(nnz);
+        for r in 0..n {
+            for e in indptr[r] as usize..indptr[r + 1] as usize {
+                if indices[e] == r as i64 {
+                    data[e] = data[e] + T::from_parts(5.0, 0.0);
+                }
+            }
+        }
+        data
+    };
+    let residual = |data: &[T], x: &[T], b: &[T]| -> f64 {
+        let mut worst = 0.0f64;
+        for r in 0..n {
+            let mut ax = T::zero();
+            for e in indptr[r] as usize..indptr[r + 1] as usize {
+                ax = ax + data[e] * x[indices[e] as usize];
+            }
+            worst = worst.max((ax - b[r]).modulus());
+        }
+        worst
+    };
+    let tol = tolerance::<T>(n, 10.0);
+    for wide in [false, true] {
+        let upload_indices = |v: &[i64]| {
+            if wide {
+                device.upload(v, vec![v.len() as i64])
+            } else {
+                let narrow: Vec<i32> = v.iter().map(|&i| i as i32).collect();
+                device.upload(&narrow, vec![v.len() as i64])
+            }
+        };
+        let (indices_dev, indptr_dev) = (upload_indices(&indices), upload_indices(&indptr));
+        // Three matrices, the second singular (its row 7 zero), a right-hand side each.
+        let mut data: Vec<T> = (0..3).flat_map(|_| matrix(&mut rng)).collect();
+        for e in indptr[7] as usize..indptr[8] as usize {
+            data[nnz + e] = T::zero();
+        }
+        let b: Vec<T> = rng.matrix(3 * n);
+        let data_dev = device.upload(&data, vec![3, nnz as i64]);
+        let (b_dev, x_dev) = (
+            device.upload(&b, vec![3, n as i64]),
+            device.zeros::<T>(vec![3, n as i64]),
+        );
+        device.call(
+            cuda::ferrax_cuda_spsolve,
+            &[&data_dev, &indices_dev, &indptr_dev, &b_dev],
+            &[&x_dev],
+            &[],
+        )?;
+        let x = x_dev.download::<T>();
+        for s in [0, 2] {
+            let r = residual(
+                &data[s * nnz..(s + 1) * nnz],
+                &x[s * n..(s + 1) * n],
+                &b[s * n..(s + 1) * n],
+            );
+            if r.is_nan() || r > tol {
+                return Err(format!(
+                    "system {s} (s64 {wide}): residual {r:e} past {tol:e}"
+                ));
+            }
+        }
+        if !x[n..2 * n].iter().all(|v| v.is_nan_value()) {
+            return Err(format!("singular system (s64 {wide}): not NaN"));
+        }
+        // One matrix for a [2, 4] batch of right-hand sides.
+        let one = matrix(&mut rng);
+        let b: Vec<T> = rng.matrix(8 * n);
+        let data_dev = device.upload(&one, vec![nnz as i64]);
+        let (b_dev, x_dev) = (
+            device.upload(&b, vec![2, 4, n as i64]),
+            device.zeros::<T>(vec![2, 4, n as i64]),
+        );
+        device.call(
+            cuda::ferrax_cuda_spsolve,
+            &[&data_dev, &indices_dev, &indptr_dev, &b_dev],
+            &[&x_dev],
+            &[],
+        )?;
+        let x = x_dev.download::<T>();
+        for s in 0..8 {
+            let r = residual(&one, &x[s * n..(s + 1) * n], &b[s * n..(s + 1) * n]);
+            if r.is_nan() || r > tol {
+                return Err(format!(
+                    "shared matrix, system {s} (s64 {wide}): residual {r:e}"
+                ));
+            }
+        }
+    }
+    // n = 0 and an empty batch: nothing to solve.
+    let (empty, pointer) = (device.zeros::<T>(vec![0]), device.zeros::<i32>(vec![1]));
+    let (none, none_x) = (device.zeros::<T>(vec![3, 0]), device.zeros::<T>(vec![3, 0]));
+    device.call(
+        cuda::ferrax_cuda_spsolve,
+        &[&empty, &device.zeros::<i32>(vec![0]), &pointer, &none],
+        &[&none_x],
+        &[],
+    )?;
+    // b of the wrong order: refused, naming the target.
+    let (data, indices, indptr) = (
+        device.zeros::<T>(vec![4]),
+        device.zeros::<i32>(vec![4]),
+        device.zeros::<i32>(vec![4]),
+    );
+    let (b, x) = (device.zeros::<T>(vec![5]), device.zeros::<T>(vec![5]));
+    match device.call(
+        cuda::ferrax_cuda_spsolve,
+        &[&data, &indices, &indptr, &b],
+        &[&x],
+        &[],
+    ) {
+        Err(e) if e.contains("ferrax_spsolve") && e.contains("[..., 3]") => Ok(()),
+        other => Err(format!("expected a shape error, got {other:?}")),
+    }
 }
 
 // ---- pivots and threefry --------------------------------------------------------------------

@@ -250,3 +250,26 @@ def test_sparse_products_uninstalled_need_a_gpu():
         for product in (lambda v: bcsr @ v, lambda v: bcoo @ v):
             with pytest.raises(Exception, match="descriptor"):
                 cuda_targets(product, rhs)
+
+
+# ---- sparse solves -------------------------------------------------------------------------------
+
+def test_spsolve_lowers_to_ferrax_without_a_gpu(installed):
+    from jax.experimental.sparse import linalg as jax_sparse_linalg
+    operands = (spec((12,), np.float64), spec((12,), np.int32), spec((5,), np.int32))
+    assert cuda_targets(jax_sparse_linalg.spsolve, *operands, spec((4,), np.float64)) == {
+        "ferrax_spsolve"}
+    # vmap of jax's (which has no batching rule) and ferrax's batched primitive: one call.
+    batched = (spec((3, 12), np.float64), *operands[1:], spec((3, 4), np.float64))
+    assert cuda_targets(jax.vmap(jax_sparse_linalg.spsolve, (0, None, None, 0)), *batched) == {
+        "ferrax_spsolve"}
+    assert cuda_targets(ferrax.sparse.spsolve, *batched) == {"ferrax_spsolve"}
+
+
+def test_spsolve_uninstalled_is_stock():
+    from jax.experimental.sparse import linalg as jax_sparse_linalg
+    operands = (spec((12,), np.float32), spec((12,), np.int32), spec((5,), np.int32),
+                spec((4,), np.float32))
+    assert cuda_targets(jax_sparse_linalg.spsolve, *operands) == {"cusolver_csrlsvqr_ffi"}
+    # ferrax's own primitive takes ferrax's target on import.
+    assert cuda_targets(ferrax.sparse.spsolve, *operands) == {"ferrax_spsolve"}

@@ -1,9 +1,11 @@
-"""``ferrax.sparse.spsolve`` on a CUDA device, where ferrax has no target yet: its primitive
-runs jaxlib's ``cusolver_csrlsvqr_ffi`` once per system (batches, vmap of jax's spsolve after
-install()), checked against scipy. Skips without a GPU (CI)."""
+"""``ferrax.sparse.spsolve`` and jax's ``spsolve`` after install() on a CUDA device: the
+``ferrax_spsolve`` target, which solves on the host from the device's buffers (batches of
+matrices with one pattern, one matrix for many right-hand sides, vmap, singular matrices),
+checked against scipy. Skips without a GPU (CI)."""
 
 import jax
 import numpy as np
+import pytest
 import scipy.sparse as sps
 import scipy.sparse.linalg as spl
 from jax.experimental.sparse import linalg as jax_sparse_linalg
@@ -11,17 +13,41 @@ from jax.experimental.sparse import linalg as jax_sparse_linalg
 import ferrax
 
 
-def test_batches_run_one_system_at_a_time(gpu, rng, installed):
-    n = 64
+def _system(rng, n, dtype):
     a = (sps.random(n, n, density=0.1, random_state=rng, format="csr") + 4 * sps.eye(n)).tocsr()
     a.sort_indices()
-    data = np.stack([a.data, 2 * a.data]).astype(np.float32)
-    b = rng.standard_normal((2, n)).astype(np.float32)
+    return a.astype(dtype)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_batches_and_vmap_match_scipy(gpu, rng, installed, dtype, index_dtype):
+    n = 64
+    a = _system(rng, n, dtype)
+    data = np.stack([a.data, 2 * a.data, 0.5 * a.data])
+    b = (rng.standard_normal((3, n)) + (1j * rng.standard_normal((3, n))
+                                        if np.dtype(dtype).kind == "c" else 0)).astype(dtype)
     put = lambda x: jax.device_put(x, gpu)
-    indices, indptr = put(a.indices.astype(np.int32)), put(a.indptr.astype(np.int32))
-    x = ferrax.sparse.spsolve(put(data), indices, indptr, put(b))
-    vmapped = jax.vmap(lambda d, b: jax_sparse_linalg.spsolve(d, indices, indptr, b))
-    for got in (x, vmapped(put(data), put(b))):
-        for k in range(2):
+    indices, indptr = put(a.indices.astype(index_dtype)), put(a.indptr.astype(index_dtype))
+    solve = jax.jit(lambda d, b: ferrax.sparse.spsolve(d, indices, indptr, b))
+    assert "ferrax_spsolve" in solve.lower(put(data), put(b)).as_text()
+    vmapped = jax.jit(jax.vmap(lambda d, b: jax_sparse_linalg.spsolve(d, indices, indptr, b)))
+    shared = jax.jit(lambda b: ferrax.sparse.spsolve(put(a.data), indices, indptr, b))
+    rtol = 1e-4 if np.finfo(dtype).eps > 1e-10 else 1e-10
+    for got in (solve(put(data), put(b)), vmapped(put(data), put(b))):
+        for k in range(3):
             expected = spl.spsolve(sps.csr_matrix((data[k], a.indices, a.indptr)), b[k])
-            np.testing.assert_allclose(np.asarray(got)[k], expected, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(np.asarray(got)[k], expected, rtol=rtol, atol=rtol)
+    got = shared(put(b))
+    for k in range(3):
+        np.testing.assert_allclose(np.asarray(got)[k], spl.spsolve(a, b[k]), rtol=rtol, atol=rtol)
+
+
+def test_singular_matrix_is_nan(gpu, rng, installed):
+    a = _system(rng, 16, np.float64).tolil()
+    a[3, :] = 0
+    a = a.tocsr()
+    a.sort_indices()
+    put = lambda x: jax.device_put(x, gpu)
+    x = jax.jit(jax_sparse_linalg.spsolve)(put(a.data), put(a.indices.astype(np.int32)),
+                                           put(a.indptr.astype(np.int32)), put(np.ones(16)))
+    assert np.isnan(np.asarray(x)).all()

@@ -261,7 +261,7 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     # BCOO products: XLA's gather and scatter-add in jax's rule, one serial pass.
     Route("cpu", jax_bcoo.bcoo_dot_general_p, _plain_bcoo, R.bcoo_dot_general),
     # jax's spsolve: a Python callback into scipy on the CPU.
-    Route("cpu", jax_sparse_linalg.spsolve_p, ALWAYS, sparse.cpu_lowering),
+    Route("cpu", jax_sparse_linalg.spsolve_p, ALWAYS, sparse.lowering),
     # jax.experimental.rnn's LSTM, which jaxlib lowers on GPUs only, and ferrax.rnn's cells.
     Route("cpu", jax_rnn.rnn_fwd_p, ALWAYS, R.rnn_fwd),
     Route("cpu", jax_rnn.rnn_bwd_p, ALWAYS, R.rnn_bwd),
@@ -288,6 +288,9 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cuda", S.coo_spmv_p, _sparse_product(csr=False, gpu=True), R.coo_product),
     Route("cuda", S.coo_spmm_p, _sparse_product(csr=False, gpu=True), R.coo_product),
     Route("cuda", jax_bcoo.bcoo_dot_general_p, _plain_bcoo_gpu, R.bcoo_dot_general),
+    # jax's spsolve: jaxlib's csrlsvqr, a sparse QR on the GPU that waits for the stream and
+    # fails on a singular matrix; ferrax's solves on the host from the device's buffers.
+    Route("cuda", jax_sparse_linalg.spsolve_p, ALWAYS, sparse.lowering),
     # ferrax's RNN takes every shape; the lengths stay on the device (jaxlib's cuDNN target
     # copies them to the host and waits for it).
     Route("cuda", jax_rnn.rnn_fwd_p, _without_dropout, R.rnn_fwd_cuda),

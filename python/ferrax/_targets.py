@@ -69,7 +69,7 @@ TRIDIAGONAL_SOLVE = _target("ferrax_tridiagonal_solve", "cuda")
 CSR_SPARSE_DENSE = _target("ferrax_csr_sparse_dense", "cpu", "cuda")
 # Targets for jax rules that call no kernel (XLA ops), which ferrax's rules call instead.
 COO_SPARSE_DENSE = _target("ferrax_coo_sparse_dense", "cpu", "cuda")
-SPSOLVE = _target("ferrax_spsolve", "cpu")
+SPSOLVE = _target("ferrax_spsolve", "cpu", "cuda")
 # jaxlib's Triton kernel-call contract, which jax-triton's calls lower to (``_kernel_call``).
 TRITON_KERNEL_CALL = _target("ferrax_triton_kernel_call", "cuda")
 # Kernels of the caller's PTX with typed attributes (``ferrax.kernel_call``).

@@ -6,12 +6,14 @@ leading batch dimensions: ``data`` ``[..., nnz]`` (or ``[nnz]``: one matrix for 
 right-hand side, factored once), ``indices`` ``[nnz]`` and ``indptr`` ``[n + 1]`` (one
 sparsity pattern, analysed once), ``b`` ``[..., n]``. On the CPU it is the ``ferrax_spsolve``
 target (faer's sparse Cholesky for Hermitian positive definite matrices, else its LU; the
-batch across XLA's thread pool); elsewhere one call of jax's
-primitive per system. Differentiable in ``data`` and ``b`` (jax's rules, batched). A singular
-matrix gives a NaN solution, as scipy's.
+batch across XLA's thread pool); on CUDA the same target copies the operands to the host,
+solves them there as on the CPU and copies the solutions back (the stream waits, as it does
+for jaxlib's ``csrlsvqr``, a sparse QR on the GPU); elsewhere one call of jax's primitive per
+system. Differentiable in ``data`` and ``b`` (jax's rules, batched). A singular matrix gives a
+NaN solution, as scipy's (jaxlib's CUDA target fails with an error).
 
 After ``ferrax.install()``, jax's own ``spsolve`` lowers to the same target on the CPU and
-``vmap`` of it binds this primitive.
+CUDA, and ``vmap`` of it binds this primitive.
 """
 
 from __future__ import annotations
@@ -56,9 +58,9 @@ def _abstract_eval(data, indices, indptr, b):
 _DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
 
 
-def cpu_lowering(ctx, data, indices, indptr, b, **_ignored):
-    """``ferrax_spsolve``; also jax's ``spsolve_p`` (whose ``tol`` and ``reorder`` are
-    cuSOLVER's) after install()."""
+def lowering(ctx, data, indices, indptr, b, **_ignored):
+    """``ferrax_spsolve`` (CPU and CUDA); also jax's ``spsolve_p`` (whose ``tol`` and
+    ``reorder`` are cuSOLVER's) after install()."""
     return jax.ffi.ffi_lowering(_targets.SPSOLVE)(ctx, data, indices, indptr, b)
 
 
@@ -132,5 +134,7 @@ batching.fancy_primitive_batchers[spsolve_p] = batcher
 ad.defjvp(spsolve_p, _jvp_data, None, None, _jvp_b)
 ad.primitive_transposes[spsolve_p] = _transpose
 mlir.register_lowering(spsolve_p, mlir.lower_fun(_one_by_one, multiple_results=False))
-mlir.register_lowering(spsolve_p, cpu_lowering, platform="cpu")
+for _platform in ("cpu", "cuda"):
+    mlir.register_lowering(spsolve_p, lowering, platform=_platform)
+del _platform
 

@@ -10,7 +10,6 @@
 //! message in `ferrax_last_error()`. LAPACK's own `info` (singular matrix, no convergence) is
 //! written to the `info` array and is not a failure.
 
-use super::pool::workers;
 use crate::linalg::eig::{self, Geev};
 use crate::linalg::eigh::{self, Evd};
 use crate::linalg::flags::{Flag, Side, SvdJob, Trans, Uplo, Vectors};
@@ -21,6 +20,7 @@ use crate::linalg::sparse::{self, Csr, Element};
 use crate::linalg::svd::{self, Driver, Factors, Svd};
 use crate::linalg::tridiagonal_solve::{self, PerturbedScalar};
 use crate::linalg::trsm::{self, TrsmFlags};
+use crate::linalg::workers::workers;
 use crate::linalg::{getrf, hessenberg, potrf, tridiagonal, LapackScalar};
 use crate::memory;
 use ferrax_cpu_fallback::Real;

@@ -6,7 +6,6 @@ mod kernel_call;
 mod lapack;
 mod limits;
 pub mod linalg;
-mod pool;
 mod rnn;
 mod targets;
 

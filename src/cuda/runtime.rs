@@ -71,8 +71,8 @@ pub struct LaunchShape {
 }
 
 /// XLA's stream for this call with its context made current on this thread (and restored when
-/// dropped), plus ferrax's module in that context. All work is enqueued on XLA's stream, so
-/// nothing here synchronizes with the host.
+/// dropped), plus ferrax's module in that context. All work is enqueued on XLA's stream;
+/// only `download` and `upload` (host copies) wait for it.
 pub struct GpuStream {
     stream: sys::CUstream,
     context: sys::CUcontext,
@@ -340,6 +340,37 @@ impl GpuStream {
         // SAFETY: the caller's device allocation spans `bytes`.
         unsafe { result::memset_d8_async(ptr as sys::CUdeviceptr, 0, bytes, self.stream) }
             .map_err(|e| driver_error("cuMemsetD8Async", e))
+    }
+
+    /// Copies `dst.len()` elements from device memory at `src` to the host and waits for them
+    /// (and so for everything enqueued on the stream before).
+    pub fn download<T>(&self, dst: &mut [T], src: *const c_void) -> Result<()> {
+        if std::mem::size_of_val(dst) == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller's device allocation spans `dst`; the copy is complete before
+        // `dst` is released, since the stream is waited for.
+        unsafe { result::memcpy_dtoh_async(dst, src as sys::CUdeviceptr, self.stream) }
+            .map_err(|e| driver_error("cuMemcpyDtoHAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Copies `src` from the host to device memory at `dst` and waits for the copy.
+    pub fn upload<T>(&self, dst: *mut c_void, src: &[T]) -> Result<()> {
+        if std::mem::size_of_val(src) == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller's device allocation spans `src`; as in `download`.
+        unsafe { result::memcpy_htod_async(dst as sys::CUdeviceptr, src, self.stream) }
+            .map_err(|e| driver_error("cuMemcpyHtoDAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Waits for everything enqueued on the stream.
+    fn synchronize(&self) -> Result<()> {
+        // SAFETY: XLA's live stream.
+        unsafe { result::stream::synchronize(self.stream) }
+            .map_err(|e| driver_error("cuStreamSynchronize", e))
     }
 
     /// Copies `bytes` between device buffers, ordered on the stream (a no-op when they are the

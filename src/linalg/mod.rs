@@ -24,6 +24,7 @@ pub mod tridiagonal;
 pub mod tridiagonal_solve;
 pub mod trsm;
 pub mod vector_unit;
+pub(crate) mod workers;
 
 use crate::error::{Error, Result};
 use crate::ffi::NativeType;

@@ -1,7 +1,10 @@
 //! The CPU handlers of the sparse targets: [`crate::linalg::sparse`], [`crate::linalg::coo`]
 //! and [`crate::linalg::spsolve`] on XLA's arrays and thread pool.
 
-use super::{coo_matrix_shape, coo_shape, csr_shape, ProductShape, COO_SPARSE_DENSE, CSR_SPARSE_DENSE, SPSOLVE};
+use super::{
+    coo_matrix_shape, coo_shape, csr_shape, spsolve_shape, ProductShape, SolveShape,
+    COO_SPARSE_DENSE, CSR_SPARSE_DENSE, SPSOLVE,
+};
 use crate::ffi::{Array, Buffer, DataType, Result, ThreadPool};
 use crate::ffi_handlers;
 use crate::linalg::coo::{self, Coo};
@@ -245,31 +248,10 @@ fn spsolve_by_index<T: SparseScalar>(pool: ThreadPool<'_>, ops: Spsolve<'_>) -> 
 
 /// Checks the shapes (module docs) and solves.
 fn solve<T: SparseScalar, I: SparseIndex>(pool: ThreadPool<'_>, ops: Spsolve<'_>) -> Result<()> {
+    let SolveShape { systems, matrices } =
+        spsolve_shape(&ops.data, &ops.indices, &ops.indptr, &ops.b, &ops.x)?;
     let (data, b, x) = (Array::<T>::new(ops.data)?, Array::<T>::new(ops.b)?, Array::<T>::new(ops.x)?);
     let (indices, indptr) = (Array::<I>::new(ops.indices)?, Array::<I>::new(ops.indptr)?);
-    let n = match indptr.dims() {
-        &[len] if len > 0 => len - 1,
-        dims => return Err(indptr.mismatch("shape [n + 1]".into(), format!("shape {dims:?}"))),
-    };
-    let Some((&len, batch)) = b.dims().split_last() else {
-        return Err(b.mismatch("shape [..., n]".into(), "shape []".into()));
-    };
-    if len != n {
-        return Err(b.mismatch(format!("shape [..., {n}]"), format!("shape {:?}", b.dims())));
-    }
-    let nnz = match data.dims().split_last() {
-        Some((&nnz, data_batch)) if data_batch.is_empty() || data_batch == batch => nnz,
-        _ => {
-            return Err(data.mismatch(
-                format!("shape [nnz] or [{}nnz]", batch.iter().map(|d| format!("{d}, ")).collect::<String>()),
-                format!("shape {:?}", data.dims()),
-            ))
-        }
-    };
-    indices.expect_dims(&[nnz])?;
-    x.expect_dims(b.dims())?;
-    let systems = crate::memory::product("b's batch", &batch.iter().map(|&d| d as usize).collect::<Vec<_>>())?;
-    let matrices = if data.dims().len() == 1 { 1 } else { systems };
     // SAFETY: `x` is the only result and aliases no argument.
     let a = unsafe {
         CsrBatch {

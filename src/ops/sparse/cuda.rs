@@ -1,10 +1,19 @@
-//! The CUDA handlers of the sparse products: ferrax's PTX kernels (`ferrax_kernels::sparse`)
-//! on XLA's stream, with the CPU targets' contracts.
+//! The CUDA handlers of the sparse targets, with the CPU targets' contracts: the products on
+//! ferrax's PTX kernels (`ferrax_kernels::sparse`) on XLA's stream; the direct solve on the
+//! host (see `ferrax_cuda_spsolve`).
 
-use super::{coo_matrix_shape, coo_shape, csr_shape, ProductShape, COO_SPARSE_DENSE, CSR_SPARSE_DENSE};
+use super::{
+    coo_matrix_shape, coo_shape, csr_shape, spsolve_shape, ProductShape, SolveShape,
+    COO_SPARSE_DENSE, CSR_SPARSE_DENSE, SPSOLVE,
+};
 use crate::cuda::GpuStream;
-use crate::ffi::{Buffer, DataType, Result, Stream};
+use crate::ffi::{Buffer, DataType, NativeType, Result, Stream};
 use crate::ffi_handlers;
+use crate::linalg::sparse::SparseIndex;
+use crate::linalg::spsolve::{self, CsrBatch, SparseScalar};
+use crate::linalg::workers::workers;
+use crate::memory::vec_of;
+use num_complex::Complex;
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::sparse::{self, CooArgs, CsrArgs, IndexKind};
 
@@ -31,6 +40,21 @@ ffi_handlers! {
         attr cols: i64;
         attr transpose: bool;
         body = coo_sparse_dense_cuda;
+    }
+
+    /// Sparse direct solve of CUDA buffers on the host: the matrices and right-hand sides are
+    /// copied there, factored by the CPU's core (faer's sparse Cholesky or LU, the batch
+    /// across ferrax's thread pool) and the solutions copied back, the stream waited for. A
+    /// sparse factorization's pivoting and fill are sequential work that a GPU's sparse QR
+    /// (jaxlib's csrlsvqr, which waits for the stream too) does slowly.
+    pub fn ferrax_cuda_spsolve(SPSOLVE, Cuda) {
+        ctx stream: Stream;
+        arg data: Buffer;
+        arg indices: Buffer;
+        arg indptr: Buffer;
+        arg b: Buffer;
+        ret x: Buffer;
+        body = spsolve_cuda;
     }
 }
 
@@ -146,4 +170,79 @@ fn coo_sparse_dense_cuda<'a>(
     // SAFETY: as in `csr_sparse_dense_cuda`; out is zeroed before the kernel adds into it, and
     // entries outside the matrix are dropped.
     unsafe { gpu.launch(&config, args) }
+}
+
+/// `spsolve`'s operands, untyped: four element types and two index types, dispatched below.
+#[derive(Clone, Copy)]
+struct Spsolve<'a> {
+    data: Buffer<'a>,
+    indices: Buffer<'a>,
+    indptr: Buffer<'a>,
+    b: Buffer<'a>,
+    x: Buffer<'a>,
+}
+
+fn spsolve_cuda<'a>(
+    stream: Stream,
+    data: Buffer<'a>,
+    indices: Buffer<'a>,
+    indptr: Buffer<'a>,
+    b: Buffer<'a>,
+    x: Buffer<'a>,
+) -> Result<()> {
+    let ops = Spsolve {
+        data,
+        indices,
+        indptr,
+        b,
+        x,
+    };
+    let shape = spsolve_shape(&data, &indices, &indptr, &b, &x)?;
+    match b.dtype() {
+        DataType::F32 => spsolve_by_index::<f32>(stream, ops, shape),
+        DataType::F64 => spsolve_by_index::<f64>(stream, ops, shape),
+        DataType::C64 => spsolve_by_index::<Complex<f32>>(stream, ops, shape),
+        DataType::C128 => spsolve_by_index::<Complex<f64>>(stream, ops, shape),
+        other => Err(b.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
+    }
+}
+
+fn spsolve_by_index<T: SparseScalar>(stream: Stream, ops: Spsolve<'_>, shape: SolveShape) -> Result<()> {
+    match ops.indptr.dtype() {
+        DataType::S32 => solve_on_host::<T, i32>(stream, ops, shape),
+        DataType::S64 => solve_on_host::<T, i64>(stream, ops, shape),
+        other => Err(ops
+            .indptr
+            .mismatch("dtype s32 or s64".into(), other.to_string())),
+    }
+}
+
+/// `buffer`'s elements, copied from the device once the stream has made them.
+fn download<E: Clone + Default>(gpu: &GpuStream, buffer: &Buffer<'_>) -> Result<Vec<E>> {
+    let mut host = vec_of(buffer.element_count()?, E::default())?;
+    gpu.download(&mut host, buffer.data_ptr().cast_const().cast())?;
+    Ok(host)
+}
+
+fn solve_on_host<T, I>(stream: Stream, ops: Spsolve<'_>, shape: SolveShape) -> Result<()>
+where
+    T: SparseScalar + NativeType + Default,
+    I: SparseIndex + NativeType + Default,
+{
+    for buffer in [&ops.data, &ops.b, &ops.x] {
+        buffer.expect_dtype(T::DTYPE)?;
+    }
+    ops.indices.expect_dtype(I::DTYPE)?;
+    let gpu = GpuStream::adopt(stream)?;
+    let (data, b) = (download::<T>(&gpu, &ops.data)?, download::<T>(&gpu, &ops.b)?);
+    let (indices, indptr) = (download::<I>(&gpu, &ops.indices)?, download::<I>(&gpu, &ops.indptr)?);
+    let mut x = vec_of(b.len(), T::default())?;
+    let a = CsrBatch {
+        data: &data,
+        indices: &indices,
+        indptr: &indptr,
+        matrices: shape.matrices,
+    };
+    spsolve::spsolve(workers(), a, &b, &mut x, shape.systems)?;
+    gpu.upload(ops.x.data_ptr().cast(), &x)
 }

@@ -128,4 +128,49 @@ pub(crate) fn coo_shape(
     Ok(ProductShape { nnz, cols, n })
 }
 
+/// How many systems a spsolve call solves, and how many matrices it factors (1: one for all).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SolveShape {
+    pub systems: usize,
+    pub matrices: usize,
+}
+
+/// Checks `spsolve`'s shapes (module docs).
+pub(crate) fn spsolve_shape(
+    data: &Buffer<'_>,
+    indices: &Buffer<'_>,
+    indptr: &Buffer<'_>,
+    b: &Buffer<'_>,
+    x: &Buffer<'_>,
+) -> Result<SolveShape> {
+    let n = match indptr.dims() {
+        &[len] if len > 0 => len - 1,
+        dims => return Err(indptr.mismatch("shape [n + 1]".into(), format!("shape {dims:?}"))),
+    };
+    let Some((&len, batch)) = b.dims().split_last() else {
+        return Err(b.mismatch("shape [..., n]".into(), "shape []".into()));
+    };
+    if len != n {
+        return Err(b.mismatch(format!("shape [..., {n}]"), format!("shape {:?}", b.dims())));
+    }
+    let nnz = match data.dims().split_last() {
+        Some((&nnz, data_batch)) if data_batch.is_empty() || data_batch == batch => nnz,
+        _ => {
+            return Err(data.mismatch(
+                format!(
+                    "shape [nnz] or [{}nnz]",
+                    batch.iter().map(|d| format!("{d}, ")).collect::<String>()
+                ),
+                format!("shape {:?}", data.dims()),
+            ))
+        }
+    };
+    indices.expect_dims(&[nnz])?;
+    x.expect_dims(b.dims())?;
+    let batch: Vec<usize> = batch.iter().map(|&d| d as usize).collect();
+    let systems = crate::memory::product("b's batch", &batch)?;
+    let matrices = if data.dims().len() == 1 { 1 } else { systems };
+    Ok(SolveShape { systems, matrices })
+}
+
 pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS, cuda::HANDLERS];

@@ -543,6 +543,50 @@ pub unsafe extern "C" fn cuMemsetD8Async(
     CUDA_SUCCESS
 }
 
+/// Host memory needs no check (the handler owns it); the device side must be an allocation.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: u64,
+    bytes: usize,
+    stream: *mut c_void,
+) -> CUresult {
+    if !known_stream(stream, "cuMemcpyDtoHAsync") {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if !memory::check(src as *const c_void, bytes, "cuMemcpyDtoHAsync source") {
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    std::ptr::copy_nonoverlapping(src as *const u8, dst.cast::<u8>(), bytes);
+    CUDA_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: u64,
+    src: *const c_void,
+    bytes: usize,
+    stream: *mut c_void,
+) -> CUresult {
+    if !known_stream(stream, "cuMemcpyHtoDAsync") {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if !memory::check(dst as *const c_void, bytes, "cuMemcpyHtoDAsync destination") {
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    std::ptr::copy_nonoverlapping(src.cast::<u8>(), dst as *mut u8, bytes);
+    CUDA_SUCCESS
+}
+
+/// Everything runs when enqueued here: a known stream has nothing left to wait for.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> CUresult {
+    if !known_stream(stream, "cuStreamSynchronize") {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    CUDA_SUCCESS
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
     dst: u64,

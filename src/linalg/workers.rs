@@ -1,5 +1,6 @@
-//! The C ABI's thread pool: worker threads that the cores split batches over, as XLA's pool
-//! serves the handlers. One fewer than the cores, since the calling thread works too.
+//! ferrax's own thread pool, where XLA lends none (the C ABI, the CUDA handlers that work on
+//! the host): worker threads that the cores split batches over, as XLA's pool serves the CPU
+//! handlers. One fewer than the cores, since the calling thread works too.
 
 use crate::linalg::parallel::Pool;
 use std::ffi::c_void;
