@@ -187,13 +187,23 @@ def _sparse_product(*, csr, gpu):
     return when
 
 
+def _sparse_product_routes(platform):
+    """jax's four CSR and COO product primitives on ``platform``."""
+    S, gpu = sparse_lowerings, platform != "cpu"
+    return [Route(platform, primitive, _sparse_product(csr=csr, gpu=gpu), rule)
+            for csr, rule, primitives in ((True, _rules.csr_product, (S.csr_spmv_p, S.csr_spmm_p)),
+                                          (False, _rules.coo_product, (S.coo_spmv_p, S.coo_spmm_p)))
+            for primitive in primitives]
+
+
 def _plain_bcoo_gpu(ctx, **params):
     """A BCOO dot_general on CUDA that ferrax takes: float dtypes, where the user asked jax for
     a sparse library's product (``jax_bcoo_cusparse_lowering``; jax's default is XLA's gather
     and scatter-add, which ferrax's kernel matches in its work until gpu-check measures them)
     or ferrax_on_gpu_everywhere is on."""
     return ((config.bcoo_cusparse_lowering.value or _GPU_EVERYWHERE)
-            and np.dtype(ctx.avals_in[0].dtype) in _GPU_SPARSE_DTYPES and _plain_bcoo(ctx, **params))
+            and np.dtype(ctx.avals_in[0].dtype) in _GPU_SPARSE_DTYPES
+            and _plain_bcoo(ctx, **params))
 
 
 def _threefry_kernel_asked(ctx):
@@ -254,10 +264,7 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cpu", L.tridiagonal_solve_p, _perturb_singular, R.tridiagonal_solve_perturbed),
     Route("cpu", L.lu_pivots_to_permutation_p, ALWAYS, R.lu_pivots_to_permutation),
     Route("cpu", jax_threefry.threefry2x32_p, ALWAYS, R.threefry2x32),
-    Route("cpu", S.csr_spmv_p, _sparse_product(csr=True, gpu=False), R.csr_product),
-    Route("cpu", S.csr_spmm_p, _sparse_product(csr=True, gpu=False), R.csr_product),
-    Route("cpu", S.coo_spmv_p, _sparse_product(csr=False, gpu=False), R.coo_product),
-    Route("cpu", S.coo_spmm_p, _sparse_product(csr=False, gpu=False), R.coo_product),
+    *_sparse_product_routes("cpu"),
     # BCOO products: XLA's gather and scatter-add in jax's rule, one serial pass.
     Route("cpu", jax_bcoo.bcoo_dot_general_p, _plain_bcoo, R.bcoo_dot_general),
     # jax's spsolve: a Python callback into scipy on the CPU.
@@ -283,10 +290,7 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cuda", L.tridiagonal_solve_p, _tridiagonal_solve_gpu, R.tridiagonal_solve_cuda),
     # jaxlib's cuSPARSE rules ask the GPU for descriptors while lowering; ferrax's need none.
     # BCSR's and BCOO's products reach these under jax_bcoo_cusparse_lowering.
-    Route("cuda", S.csr_spmv_p, _sparse_product(csr=True, gpu=True), R.csr_product),
-    Route("cuda", S.csr_spmm_p, _sparse_product(csr=True, gpu=True), R.csr_product),
-    Route("cuda", S.coo_spmv_p, _sparse_product(csr=False, gpu=True), R.coo_product),
-    Route("cuda", S.coo_spmm_p, _sparse_product(csr=False, gpu=True), R.coo_product),
+    *_sparse_product_routes("cuda"),
     Route("cuda", jax_bcoo.bcoo_dot_general_p, _plain_bcoo_gpu, R.bcoo_dot_general),
     # jax's spsolve: jaxlib's csrlsvqr, a sparse QR on the GPU that waits for the stream and
     # fails on a singular matrix; ferrax's solves on the host from the device's buffers.

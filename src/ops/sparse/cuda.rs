@@ -3,8 +3,8 @@
 //! host (see `ferrax_cuda_spsolve`).
 
 use super::{
-    coo_matrix_shape, coo_shape, csr_shape, spsolve_shape, ProductShape, SolveShape,
-    COO_SPARSE_DENSE, CSR_SPARSE_DENSE, SPSOLVE,
+    CooProduct, CsrProduct, ProductShape, SolveShape, SolveTyped, Spsolve, COO_SPARSE_DENSE,
+    CSR_SPARSE_DENSE, SPSOLVE,
 };
 use crate::cuda::GpuStream;
 use crate::ffi::{Buffer, DataType, NativeType, Result, Stream};
@@ -13,7 +13,6 @@ use crate::linalg::sparse::SparseIndex;
 use crate::linalg::spsolve::{self, CsrBatch, SparseScalar};
 use crate::linalg::workers::workers;
 use crate::memory::vec_of;
-use num_complex::Complex;
 use ferrax_kernels::launch::ScalarKind;
 use ferrax_kernels::sparse::{self, CooArgs, CsrArgs, IndexKind};
 
@@ -21,24 +20,14 @@ ffi_handlers! {
     /// CSR times dense on the GPU.
     pub fn ferrax_cuda_csr_sparse_dense(CSR_SPARSE_DENSE, Cuda) {
         ctx stream: Stream;
-        arg lhs_data: Buffer;
-        arg lhs_outer_indices: Buffer;
-        arg lhs_inner_indices: Buffer;
-        arg rhs: Buffer;
-        ret out: Buffer;
+        operands ops: CsrProduct;
         body = csr_sparse_dense_cuda;
     }
 
     /// COO times dense on the GPU (atomic sums into the zeroed result).
     pub fn ferrax_cuda_coo_sparse_dense(COO_SPARSE_DENSE, Cuda) {
         ctx stream: Stream;
-        arg data: Buffer;
-        arg indices: Buffer;
-        arg rhs: Buffer;
-        ret out: Buffer;
-        attr rows: i64;
-        attr cols: i64;
-        attr transpose: bool;
+        operands ops: CooProduct;
         body = coo_sparse_dense_cuda;
     }
 
@@ -49,11 +38,7 @@ ffi_handlers! {
     /// (jaxlib's csrlsvqr, which waits for the stream too) does slowly.
     pub fn ferrax_cuda_spsolve(SPSOLVE, Cuda) {
         ctx stream: Stream;
-        arg data: Buffer;
-        arg indices: Buffer;
-        arg indptr: Buffer;
-        arg b: Buffer;
-        ret x: Buffer;
+        operands ops: Spsolve;
         body = spsolve_cuda;
     }
 }
@@ -85,34 +70,27 @@ fn index_kind(indices: &Buffer<'_>) -> Result<IndexKind> {
     }
 }
 
-fn csr_sparse_dense_cuda<'a>(
-    stream: Stream,
-    data: Buffer<'a>,
-    outer: Buffer<'a>,
-    inner: Buffer<'a>,
-    rhs: Buffer<'a>,
-    out: Buffer<'a>,
-) -> Result<()> {
-    let ProductShape { nnz, cols, n } = csr_shape(&data, &outer, &inner, &rhs, &out)?;
-    let kind = element_kind(&data, &rhs, &out)?;
-    let index = index_kind(&outer)?;
-    inner.expect_dtype(outer.dtype())?;
-    let rows = outer.dims()[0] as u64 - 1;
+fn csr_sparse_dense_cuda(stream: Stream, ops: CsrProduct<'_>) -> Result<()> {
+    let ProductShape { nnz, rows, cols, n } = ops.shape()?;
+    let kind = element_kind(&ops.lhs_data, &ops.rhs, &ops.out)?;
+    let index = index_kind(&ops.lhs_outer_indices)?;
+    ops.lhs_inner_indices
+        .expect_dtype(ops.lhs_outer_indices.dtype())?;
     if rows == 0 || n == 0 {
         return Ok(());
     }
     let gpu = GpuStream::adopt(stream)?;
-    let (nnz, n) = (nnz as u64, n as u64);
+    let [rows, cols, nnz, n] = [rows, cols, nnz, n].map(|d| d as u64);
     let (config, lanes) =
         sparse::csr_launch_config(kind, index, rows, nnz, n, gpu.multiprocessors()?);
     let args = CsrArgs {
-        data: data.data_ptr().cast_const().cast(),
-        outer: outer.data_ptr().cast_const(),
-        inner: inner.data_ptr().cast_const(),
-        rhs: rhs.data_ptr().cast_const().cast(),
-        out: out.data_ptr().cast(),
+        data: ops.lhs_data.data_ptr().cast_const().cast(),
+        outer: ops.lhs_outer_indices.data_ptr().cast_const(),
+        inner: ops.lhs_inner_indices.data_ptr().cast_const(),
+        rhs: ops.rhs.data_ptr().cast_const().cast(),
+        out: ops.out.data_ptr().cast(),
         rows,
-        cols: cols as u64,
+        cols,
         n,
         nnz,
         lanes,
@@ -122,99 +100,47 @@ fn csr_sparse_dense_cuda<'a>(
     unsafe { gpu.launch(&config, args) }
 }
 
-#[allow(clippy::too_many_arguments)] // the handler's operands and attributes, as declared
-fn coo_sparse_dense_cuda<'a>(
-    stream: Stream,
-    data: Buffer<'a>,
-    indices: Buffer<'a>,
-    rhs: Buffer<'a>,
-    out: Buffer<'a>,
-    rows: i64,
-    cols: i64,
-    transpose: bool,
-) -> Result<()> {
-    let shape = coo_matrix_shape(rows, cols)?;
-    let ProductShape { nnz, n, .. } = coo_shape(&data, &indices, &rhs, &out, shape, transpose)?;
-    let kind = element_kind(&data, &rhs, &out)?;
-    let index = index_kind(&indices)?;
-    let bytes = out.element_count()? * kind.bytes();
+fn coo_sparse_dense_cuda(stream: Stream, ops: CooProduct<'_>) -> Result<()> {
+    let ProductShape { nnz, rows, cols, n } = ops.shape()?;
+    let kind = element_kind(&ops.data, &ops.rhs, &ops.out)?;
+    let index = index_kind(&ops.indices)?;
+    let bytes = ops.out.element_count()? * kind.bytes();
     if bytes == 0 {
         return Ok(());
     }
     let gpu = GpuStream::adopt(stream)?;
-    gpu.zero(out.data_ptr().cast(), bytes)?;
-    let (nnz, n) = (nnz as u64, n as u64);
+    gpu.zero(ops.out.data_ptr().cast(), bytes)?;
     if nnz == 0 {
         return Ok(());
     }
+    let [rows, cols, nnz, n] = [rows, cols, nnz, n].map(|d| d as u64);
     let config = sparse::coo_launch_config(kind, index, nnz, n, gpu.multiprocessors()?);
-    let row = indices.data_ptr().cast_const();
+    let row = ops.indices.data_ptr().cast_const();
     let index_bytes = match index {
         IndexKind::I32 => 4,
         IndexKind::I64 => 8,
     };
     let args = CooArgs {
-        data: data.data_ptr().cast_const().cast(),
+        data: ops.data.data_ptr().cast_const().cast(),
         row,
         // The column of each entry follows its row ([nnz, 2], row-major).
         col: row.wrapping_add(index_bytes),
-        rhs: rhs.data_ptr().cast_const().cast(),
-        out: out.data_ptr().cast(),
+        rhs: ops.rhs.data_ptr().cast_const().cast(),
+        out: ops.out.data_ptr().cast(),
         index_stride: 2,
         nnz,
-        rows: shape[0] as u64,
-        cols: shape[1] as u64,
+        rows,
+        cols,
         n,
-        transpose: transpose.into(),
+        transpose: ops.transpose.into(),
     };
     // SAFETY: as in `csr_sparse_dense_cuda`; out is zeroed before the kernel adds into it, and
     // entries outside the matrix are dropped.
     unsafe { gpu.launch(&config, args) }
 }
 
-/// `spsolve`'s operands, untyped: four element types and two index types, dispatched below.
-#[derive(Clone, Copy)]
-struct Spsolve<'a> {
-    data: Buffer<'a>,
-    indices: Buffer<'a>,
-    indptr: Buffer<'a>,
-    b: Buffer<'a>,
-    x: Buffer<'a>,
-}
-
-fn spsolve_cuda<'a>(
-    stream: Stream,
-    data: Buffer<'a>,
-    indices: Buffer<'a>,
-    indptr: Buffer<'a>,
-    b: Buffer<'a>,
-    x: Buffer<'a>,
-) -> Result<()> {
-    let ops = Spsolve {
-        data,
-        indices,
-        indptr,
-        b,
-        x,
-    };
-    let shape = spsolve_shape(&data, &indices, &indptr, &b, &x)?;
-    match b.dtype() {
-        DataType::F32 => spsolve_by_index::<f32>(stream, ops, shape),
-        DataType::F64 => spsolve_by_index::<f64>(stream, ops, shape),
-        DataType::C64 => spsolve_by_index::<Complex<f32>>(stream, ops, shape),
-        DataType::C128 => spsolve_by_index::<Complex<f64>>(stream, ops, shape),
-        other => Err(b.mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
-    }
-}
-
-fn spsolve_by_index<T: SparseScalar>(stream: Stream, ops: Spsolve<'_>, shape: SolveShape) -> Result<()> {
-    match ops.indptr.dtype() {
-        DataType::S32 => solve_on_host::<T, i32>(stream, ops, shape),
-        DataType::S64 => solve_on_host::<T, i64>(stream, ops, shape),
-        other => Err(ops
-            .indptr
-            .mismatch("dtype s32 or s64".into(), other.to_string())),
-    }
+fn spsolve_cuda(stream: Stream, ops: Spsolve<'_>) -> Result<()> {
+    ops.dispatch(OnHost(stream))
 }
 
 /// `buffer`'s elements, copied from the device once the stream has made them.
@@ -224,25 +150,26 @@ fn download<E: Clone + Default>(gpu: &GpuStream, buffer: &Buffer<'_>) -> Result<
     Ok(host)
 }
 
-fn solve_on_host<T, I>(stream: Stream, ops: Spsolve<'_>, shape: SolveShape) -> Result<()>
-where
-    T: SparseScalar + NativeType + Default,
-    I: SparseIndex + NativeType + Default,
-{
-    for buffer in [&ops.data, &ops.b, &ops.x] {
-        buffer.expect_dtype(T::DTYPE)?;
+/// spsolve of device buffers on the host (see `ferrax_cuda_spsolve`).
+struct OnHost(Stream);
+
+impl SolveTyped for OnHost {
+    fn solve<T, I>(self, ops: Spsolve<'_>, shape: SolveShape) -> Result<()>
+    where
+        T: SparseScalar + NativeType + Default,
+        I: SparseIndex + NativeType + Default,
+    {
+        let gpu = GpuStream::adopt(self.0)?;
+        let (data, b) = (download::<T>(&gpu, &ops.data)?, download::<T>(&gpu, &ops.b)?);
+        let (indices, indptr) = (download::<I>(&gpu, &ops.indices)?, download::<I>(&gpu, &ops.indptr)?);
+        let mut x = vec_of(b.len(), T::default())?;
+        let a = CsrBatch {
+            data: &data,
+            indices: &indices,
+            indptr: &indptr,
+            matrices: shape.matrices,
+        };
+        spsolve::spsolve(workers(), a, &b, &mut x, shape.systems)?;
+        gpu.upload(ops.x.data_ptr().cast(), &x)
     }
-    ops.indices.expect_dtype(I::DTYPE)?;
-    let gpu = GpuStream::adopt(stream)?;
-    let (data, b) = (download::<T>(&gpu, &ops.data)?, download::<T>(&gpu, &ops.b)?);
-    let (indices, indptr) = (download::<I>(&gpu, &ops.indices)?, download::<I>(&gpu, &ops.indptr)?);
-    let mut x = vec_of(b.len(), T::default())?;
-    let a = CsrBatch {
-        data: &data,
-        indices: &indices,
-        indptr: &indptr,
-        matrices: shape.matrices,
-    };
-    spsolve::spsolve(workers(), a, &b, &mut x, shape.systems)?;
-    gpu.upload(ops.x.data_ptr().cast(), &x)
 }

@@ -32,7 +32,10 @@ pub mod cpu;
 pub mod cuda;
 
 use crate::error::Error;
-use crate::ffi::{Buffer, Result};
+use crate::ffi::{Buffer, DataType, NativeType, Result};
+use crate::linalg::sparse::SparseIndex;
+use crate::linalg::spsolve::SparseScalar;
+use num_complex::Complex;
 use std::ffi::CStr;
 
 pub const CSR_SPARSE_DENSE: &CStr = c"ferrax_csr_sparse_dense";
@@ -44,7 +47,8 @@ pub const SPSOLVE: &CStr = c"ferrax_spsolve";
 pub(crate) struct ProductShape {
     /// Entries of the sparse matrix (padding included).
     pub nnz: usize,
-    /// The sparse matrix's columns (CSR: rhs's rows).
+    /// The sparse matrix's rows and columns (CSR: rhs's rows are the columns).
+    pub rows: usize,
     pub cols: usize,
     /// Columns of rhs and out (1 for vectors).
     pub n: usize,
@@ -57,75 +61,101 @@ fn vector_len(b: &Buffer<'_>, what: &str) -> Result<usize> {
     }
 }
 
-/// Checks `csr_sparse_dense`'s shapes (module docs).
-pub(crate) fn csr_shape(
-    data: &Buffer<'_>,
-    outer: &Buffer<'_>,
-    inner: &Buffer<'_>,
-    rhs: &Buffer<'_>,
-    out: &Buffer<'_>,
-) -> Result<ProductShape> {
-    let nnz = vector_len(data, "nnz")?;
-    let rows = match vector_len(outer, "rows + 1")? {
-        0 => return Err(outer.mismatch("shape [rows + 1]".into(), "shape [0]".into())),
-        len => len - 1,
-    };
-    inner.expect_dims(&[nnz as i64])?;
-    let (cols, n, out_dims) = match *rhs.dims() {
-        [k] => (k as usize, 1, vec![rows as i64]),
-        [k, n] => (k as usize, n as usize, vec![rows as i64, n]),
-        _ => {
-            return Err(rhs.mismatch(
-                "shape [k] or [k, n]".into(),
-                format!("shape {:?}", rhs.dims()),
-            ))
-        }
-    };
-    out.expect_dims(&out_dims)?;
-    // Sizes the kernels index with must fit in memory.
-    out.element_count()?;
-    rhs.element_count()?;
-    Ok(ProductShape { nnz, cols, n })
-}
-
-/// `coo_sparse_dense`'s attributes `rows` and `cols` as sizes.
-pub(crate) fn coo_matrix_shape(rows: i64, cols: i64) -> Result<[usize; 2]> {
-    match [rows, cols].map(usize::try_from) {
-        [Ok(rows), Ok(cols)] => Ok([rows, cols]),
-        _ => Err(Error::invalid_argument(format!(
-            "{}: attributes rows and cols: expected sizes of at least 0, got {rows} and {cols}",
-            COO_SPARSE_DENSE.to_string_lossy()
-        ))),
+crate::ffi_operands! {
+    /// `csr_sparse_dense`'s operands, untyped (six element types, two index types).
+    pub struct CsrProduct<'a> {
+        arg lhs_data: Buffer<'a>,
+        arg lhs_outer_indices: Buffer<'a>,
+        arg lhs_inner_indices: Buffer<'a>,
+        arg rhs: Buffer<'a>,
+        ret out: Buffer<'a>,
     }
 }
 
-/// Checks `coo_sparse_dense`'s shapes (module docs) for a `shape` sparse matrix.
-pub(crate) fn coo_shape(
-    data: &Buffer<'_>,
-    indices: &Buffer<'_>,
-    rhs: &Buffer<'_>,
-    out: &Buffer<'_>,
-    shape: [usize; 2],
-    transpose: bool,
-) -> Result<ProductShape> {
-    let nnz = vector_len(data, "nnz")?;
-    indices.expect_dims(&[nnz as i64, 2])?;
-    let [rows, cols] = shape;
-    let (m, k) = if transpose { (cols, rows) } else { (rows, cols) };
-    let (m, k) = (m as i64, k as i64);
-    let (n, out_dims) = match *rhs.dims() {
-        [len] if len == k => (1, vec![m]),
-        [len, n] if len == k => (n as usize, vec![m, n]),
-        _ => {
-            return Err(rhs.mismatch(
-                format!("shape [{k}] or [{k}, n] (rows {rows}, cols {cols}, transpose {transpose})"),
-                format!("shape {:?}", rhs.dims()),
-            ))
-        }
-    };
-    out.expect_dims(&out_dims)?;
-    out.element_count()?;
-    Ok(ProductShape { nnz, cols, n })
+impl CsrProduct<'_> {
+    /// Checks the shapes (module docs).
+    pub(crate) fn shape(&self) -> Result<ProductShape> {
+        let nnz = vector_len(&self.lhs_data, "nnz")?;
+        let outer = &self.lhs_outer_indices;
+        let rows = match vector_len(outer, "rows + 1")? {
+            0 => return Err(outer.mismatch("shape [rows + 1]".into(), "shape [0]".into())),
+            len => len - 1,
+        };
+        self.lhs_inner_indices.expect_dims(&[nnz as i64])?;
+        let rhs = &self.rhs;
+        let (cols, n, out_dims) = match *rhs.dims() {
+            [k] => (k as usize, 1, vec![rows as i64]),
+            [k, n] => (k as usize, n as usize, vec![rows as i64, n]),
+            _ => {
+                return Err(rhs.mismatch(
+                    "shape [k] or [k, n]".into(),
+                    format!("shape {:?}", rhs.dims()),
+                ))
+            }
+        };
+        self.out.expect_dims(&out_dims)?;
+        // Sizes the kernels index with must fit in memory.
+        self.out.element_count()?;
+        rhs.element_count()?;
+        Ok(ProductShape { nnz, rows, cols, n })
+    }
+}
+
+crate::ffi_operands! {
+    /// `coo_sparse_dense`'s operands, untyped (six element types, two index types).
+    pub struct CooProduct<'a> {
+        arg data: Buffer<'a>,
+        arg indices: Buffer<'a>,
+        arg rhs: Buffer<'a>,
+        ret out: Buffer<'a>,
+        attr rows: i64,
+        attr cols: i64,
+        attr transpose: bool,
+    }
+}
+
+impl CooProduct<'_> {
+    /// Checks the attributes and shapes (module docs).
+    pub(crate) fn shape(&self) -> Result<ProductShape> {
+        let [Ok(rows), Ok(cols)] = [self.rows, self.cols].map(usize::try_from) else {
+            return Err(Error::invalid_argument(format!(
+                "{}: attributes rows and cols: expected sizes of at least 0, got {} and {}",
+                COO_SPARSE_DENSE.to_string_lossy(),
+                self.rows,
+                self.cols
+            )));
+        };
+        let nnz = vector_len(&self.data, "nnz")?;
+        self.indices.expect_dims(&[nnz as i64, 2])?;
+        let transpose = self.transpose;
+        let (m, k) = if transpose { (cols, rows) } else { (rows, cols) };
+        let (m, k) = (m as i64, k as i64);
+        let (n, out_dims) = match *self.rhs.dims() {
+            [len] if len == k => (1, vec![m]),
+            [len, n] if len == k => (n as usize, vec![m, n]),
+            _ => {
+                return Err(self.rhs.mismatch(
+                    format!("shape [{k}] or [{k}, n] (rows {rows}, cols {cols}, transpose {transpose})"),
+                    format!("shape {:?}", self.rhs.dims()),
+                ))
+            }
+        };
+        self.out.expect_dims(&out_dims)?;
+        self.out.element_count()?;
+        Ok(ProductShape { nnz, rows, cols, n })
+    }
+}
+
+crate::ffi_operands! {
+    /// `spsolve`'s operands, untyped (four element types, two index types): what both
+    /// platforms' handlers take, checked and dispatched by [`Spsolve::dispatch`].
+    pub struct Spsolve<'a> {
+        arg data: Buffer<'a>,
+        arg indices: Buffer<'a>,
+        arg indptr: Buffer<'a>,
+        arg b: Buffer<'a>,
+        ret x: Buffer<'a>,
+    }
 }
 
 /// How many systems a spsolve call solves, and how many matrices it factors (1: one for all).
@@ -135,42 +165,88 @@ pub(crate) struct SolveShape {
     pub matrices: usize,
 }
 
-/// Checks `spsolve`'s shapes (module docs).
-pub(crate) fn spsolve_shape(
-    data: &Buffer<'_>,
-    indices: &Buffer<'_>,
-    indptr: &Buffer<'_>,
-    b: &Buffer<'_>,
-    x: &Buffer<'_>,
-) -> Result<SolveShape> {
-    let n = match indptr.dims() {
-        &[len] if len > 0 => len - 1,
-        dims => return Err(indptr.mismatch("shape [n + 1]".into(), format!("shape {dims:?}"))),
-    };
-    let Some((&len, batch)) = b.dims().split_last() else {
-        return Err(b.mismatch("shape [..., n]".into(), "shape []".into()));
-    };
-    if len != n {
-        return Err(b.mismatch(format!("shape [..., {n}]"), format!("shape {:?}", b.dims())));
-    }
-    let nnz = match data.dims().split_last() {
-        Some((&nnz, data_batch)) if data_batch.is_empty() || data_batch == batch => nnz,
-        _ => {
-            return Err(data.mismatch(
-                format!(
-                    "shape [nnz] or [{}nnz]",
-                    batch.iter().map(|d| format!("{d}, ")).collect::<String>()
-                ),
-                format!("shape {:?}", data.dims()),
-            ))
+/// A platform's spsolve for one element and index type (the operands' dtypes checked).
+pub(crate) trait SolveTyped {
+    fn solve<T, I>(self, ops: Spsolve<'_>, shape: SolveShape) -> Result<()>
+    where
+        T: SparseScalar + NativeType + Default,
+        I: SparseIndex + NativeType + Default;
+}
+
+impl Spsolve<'_> {
+    /// Checks the shapes (module docs) and the dtypes, then runs `platform`'s solve for them.
+    pub(crate) fn dispatch(self, platform: impl SolveTyped) -> Result<()> {
+        let shape = self.shape()?;
+        match self.b.dtype() {
+            DataType::F32 => self.by_index::<f32>(platform, shape),
+            DataType::F64 => self.by_index::<f64>(platform, shape),
+            DataType::C64 => self.by_index::<Complex<f32>>(platform, shape),
+            DataType::C128 => self.by_index::<Complex<f64>>(platform, shape),
+            other => Err(self
+                .b
+                .mismatch("dtype f32, f64, c64 or c128".into(), other.to_string())),
         }
-    };
-    indices.expect_dims(&[nnz])?;
-    x.expect_dims(b.dims())?;
-    let batch: Vec<usize> = batch.iter().map(|&d| d as usize).collect();
-    let systems = crate::memory::product("b's batch", &batch)?;
-    let matrices = if data.dims().len() == 1 { 1 } else { systems };
-    Ok(SolveShape { systems, matrices })
+    }
+
+    fn by_index<T>(self, platform: impl SolveTyped, shape: SolveShape) -> Result<()>
+    where
+        T: SparseScalar + NativeType + Default,
+    {
+        for buffer in [&self.data, &self.x] {
+            buffer.expect_dtype(T::DTYPE)?;
+        }
+        let solve = |index: DataType| {
+            self.indices.expect_dtype(index)?;
+            match index {
+                DataType::S32 => platform.solve::<T, i32>(self, shape),
+                _ => platform.solve::<T, i64>(self, shape),
+            }
+        };
+        match self.indptr.dtype() {
+            index @ (DataType::S32 | DataType::S64) => solve(index),
+            other => Err(self
+                .indptr
+                .mismatch("dtype s32 or s64".into(), other.to_string())),
+        }
+    }
+
+    fn shape(&self) -> Result<SolveShape> {
+        let Spsolve {
+            data,
+            indices,
+            indptr,
+            b,
+            x,
+        } = self;
+        let n = match indptr.dims() {
+            &[len] if len > 0 => len - 1,
+            dims => return Err(indptr.mismatch("shape [n + 1]".into(), format!("shape {dims:?}"))),
+        };
+        let Some((&len, batch)) = b.dims().split_last() else {
+            return Err(b.mismatch("shape [..., n]".into(), "shape []".into()));
+        };
+        if len != n {
+            return Err(b.mismatch(format!("shape [..., {n}]"), format!("shape {:?}", b.dims())));
+        }
+        let nnz = match data.dims().split_last() {
+            Some((&nnz, data_batch)) if data_batch.is_empty() || data_batch == batch => nnz,
+            _ => {
+                return Err(data.mismatch(
+                    format!(
+                        "shape [nnz] or [{}nnz]",
+                        batch.iter().map(|d| format!("{d}, ")).collect::<String>()
+                    ),
+                    format!("shape {:?}", data.dims()),
+                ))
+            }
+        };
+        indices.expect_dims(&[nnz])?;
+        x.expect_dims(b.dims())?;
+        let batch: Vec<usize> = batch.iter().map(|&d| d as usize).collect();
+        let systems = crate::memory::product("b's batch", &batch)?;
+        let matrices = if data.dims().len() == 1 { 1 } else { systems };
+        Ok(SolveShape { systems, matrices })
+    }
 }
 
 pub(crate) const HANDLERS: &[&[crate::ffi::Registration]] = &[cpu::HANDLERS, cuda::HANDLERS];
