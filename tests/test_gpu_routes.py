@@ -203,6 +203,7 @@ def test_sparse_products_lower_without_a_gpu(installed, dtype, rhs_shape):
     # jaxlib's cuSPARSE rules ask the GPU for descriptors while lowering (they fail here);
     # ferrax's targets need none.
     from jax._src import config
+    from jax.experimental import sparse
     bcsr, bcoo, rhs = _sparse_operands(dtype, rhs_shape)
     with config.bcoo_cusparse_lowering(True):
         assert cuda_targets(lambda v: bcsr @ v, rhs) == {"ferrax_csr_sparse_dense"}
@@ -213,6 +214,11 @@ def test_sparse_products_lower_without_a_gpu(installed, dtype, rhs_shape):
             rhs_t = spec(rhs_shape[::-1], dtype)
             assert cuda_targets(lambda v: bcoo @ v.T, rhs_t) == {"ferrax_coo_sparse_dense"}
             assert cuda_targets(lambda v: v @ bcoo, rhs_t) == {"ferrax_coo_sparse_dense"}
+        # Index dtypes the target does not take stay jax's (which needs a GPU to lower).
+        narrow = sparse.BCSR((bcsr.data, bcsr.indices.astype(np.int16),
+                              bcsr.indptr.astype(np.int16)), shape=bcsr.shape)
+        with pytest.raises(Exception, match="descriptor"):
+            cuda_targets(lambda v: narrow @ v, rhs)
     # jax's default on GPUs, XLA's gather and scatter-add, stays until gpu-check measures it.
     assert cuda_targets(lambda v: bcoo @ v, rhs) == set()
     with ferrax._install.ferrax_on_gpu_everywhere():
@@ -264,6 +270,9 @@ def test_spsolve_lowers_to_ferrax_without_a_gpu(installed):
     assert cuda_targets(jax.vmap(jax_sparse_linalg.spsolve, (0, None, None, 0)), *batched) == {
         "ferrax_spsolve"}
     assert cuda_targets(ferrax.sparse.spsolve, *batched) == {"ferrax_spsolve"}
+    # Index dtypes the target does not take stay jax's.
+    int16 = (operands[0], spec((12,), np.int16), spec((5,), np.int16), spec((4,), np.float64))
+    assert cuda_targets(jax_sparse_linalg.spsolve, *int16) == {"cusolver_csrlsvqr_ffi"}
 
 
 def test_spsolve_uninstalled_is_stock():

@@ -148,10 +148,10 @@ def _without_dropout(ctx, *, dropout, **_):
     return float(dropout) == 0.0
 
 
-#: The element and index dtypes of ferrax_coo_sparse_dense.
+#: The element dtypes of ferrax_coo_sparse_dense and the index dtypes of the sparse targets.
 _COO_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128,
                                      np.int32, np.int64)}
-_COO_INDEX_DTYPES = {np.dtype(np.int32), np.dtype(np.int64)}
+_SPARSE_INDEX_DTYPES = {np.dtype(np.int32), np.dtype(np.int64)}
 
 
 def _plain_bcoo(ctx, *, dimension_numbers, lhs_spinfo, **_):
@@ -166,21 +166,28 @@ def _plain_bcoo(ctx, *, dimension_numbers, lhs_spinfo, **_):
             and all(core.is_constant_shape(s) for s in (data.shape, indices.shape, rhs.shape,
                                                        lhs_spinfo.shape))
             and data.dtype == rhs.dtype == out.dtype and np.dtype(data.dtype) in _COO_DTYPES
-            and np.dtype(indices.dtype) in _COO_INDEX_DTYPES)
+            and np.dtype(indices.dtype) in _SPARSE_INDEX_DTYPES)
 
 
 #: The dtypes of ferrax's CUDA sparse products (and cuSPARSE's).
 _GPU_SPARSE_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)}
 
 
+def _sparse_indices(ctx, **_):
+    """The two index operands (CSR's columns and offsets, COO's rows and columns, spsolve's
+    indices and indptr: operands 1 and 2) share a dtype the sparse targets take."""
+    first, second = ctx.avals_in[1:3]
+    return first.dtype == second.dtype and np.dtype(first.dtype) in _SPARSE_INDEX_DTYPES
+
+
 def _sparse_product(*, csr, gpu):
     """jax's CSR and COO product primitives (``csr_spmv_p``, ``coo_spmm_p``, ...) that
     ferrax's targets compute: static shapes, a 2-D matrix (not jax's batched COO), CSR
-    untransposed; on the GPU, float dtypes."""
+    untransposed, int32 or int64 indices; on the GPU, float dtypes."""
 
     def when(ctx, *, transpose, shape, **_):
         data = ctx.avals_in[0]
-        return (len(shape) == 2 and not (csr and transpose)
+        return (len(shape) == 2 and not (csr and transpose) and _sparse_indices(ctx)
                 and all(core.is_constant_shape(a.shape) for a in ctx.avals_in)
                 and (not gpu or np.dtype(data.dtype) in _GPU_SPARSE_DTYPES))
 
@@ -268,7 +275,7 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     # BCOO products: XLA's gather and scatter-add in jax's rule, one serial pass.
     Route("cpu", jax_bcoo.bcoo_dot_general_p, _plain_bcoo, R.bcoo_dot_general),
     # jax's spsolve: a Python callback into scipy on the CPU.
-    Route("cpu", jax_sparse_linalg.spsolve_p, ALWAYS, sparse.lowering),
+    Route("cpu", jax_sparse_linalg.spsolve_p, _sparse_indices, sparse.lowering),
     # jax.experimental.rnn's LSTM, which jaxlib lowers on GPUs only, and ferrax.rnn's cells.
     Route("cpu", jax_rnn.rnn_fwd_p, ALWAYS, R.rnn_fwd),
     Route("cpu", jax_rnn.rnn_bwd_p, ALWAYS, R.rnn_bwd),
@@ -294,7 +301,7 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     Route("cuda", jax_bcoo.bcoo_dot_general_p, _plain_bcoo_gpu, R.bcoo_dot_general),
     # jax's spsolve: jaxlib's csrlsvqr, a sparse QR on the GPU that waits for the stream and
     # fails on a singular matrix; ferrax's solves on the host from the device's buffers.
-    Route("cuda", jax_sparse_linalg.spsolve_p, ALWAYS, sparse.lowering),
+    Route("cuda", jax_sparse_linalg.spsolve_p, _sparse_indices, sparse.lowering),
     # ferrax's RNN takes every shape; the lengths stay on the device (jaxlib's cuDNN target
     # copies them to the host and waits for it).
     Route("cuda", jax_rnn.rnn_fwd_p, _without_dropout, R.rnn_fwd_cuda),
