@@ -249,6 +249,22 @@ def test_sparse_primitives_and_legacy_classes_on_cuda(installed):
     assert cuda_targets(lambda x: legacy_coo @ x, v) == {"ferrax_coo_sparse_dense"}
 
 
+def test_legacy_conversions_and_transposed_csr_lower_without_a_gpu(installed):
+    # jax's XLA rules (no custom call) where jaxlib's cuSPARSE rules need a GPU to lower.
+    from jax.experimental import sparse
+    m, v = spec((5, 4), np.float32), spec((5,), np.float32)
+    for cls in (sparse.CSR, sparse.COO):
+        round_trip = lambda a, cls=cls: cls.fromdense(a, nse=8).todense()
+        assert cuda_targets(round_trip, m) == set()
+    csr = sparse.CSR((np.ones(4, np.float32), np.arange(4, dtype=np.int32),
+                      np.array([0, 1, 2, 3, 4, 4], np.int32)), shape=(5, 4))
+    assert cuda_targets(lambda x: csr.T @ x, v) == set()
+    assert cuda_targets(lambda x: csr.T @ x, spec((5, 3), np.float32)) == set()
+    ferrax.uninstall()
+    with pytest.raises(Exception, match="descriptor"):
+        cuda_targets(lambda x: csr.T @ x, v)
+
+
 def test_sparse_products_uninstalled_need_a_gpu():
     from jax._src import config
     bcsr, bcoo, rhs = _sparse_operands(np.float32, (6,))

@@ -49,6 +49,8 @@ from jax._src.lax import linalg as lax_linalg
 from jax._src.random import threefry2x32 as jax_threefry
 from jax.experimental import rnn as jax_rnn
 from jax.experimental.sparse import bcoo as jax_bcoo
+from jax.experimental.sparse import coo as jax_coo
+from jax.experimental.sparse import csr as jax_csr
 from jax.experimental.sparse import linalg as jax_sparse_linalg
 # Imported here rather than on install: importing it registers jax's own sparse lowering rules,
 # which must already be in place when install() saves the rules it replaces.
@@ -203,6 +205,10 @@ def _sparse_product_routes(platform):
             for primitive in primitives]
 
 
+def _transposed_product(ctx, *, transpose, **_):
+    return transpose
+
+
 def _plain_bcoo_gpu(ctx, **params):
     """A BCOO dot_general on CUDA that ferrax takes: float dtypes, where the user asked jax for
     a sparse library's product (``jax_bcoo_cusparse_lowering``; jax's default is XLA's gather
@@ -299,6 +305,14 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     # BCSR's and BCOO's products reach these under jax_bcoo_cusparse_lowering.
     *_sparse_product_routes("cuda"),
     Route("cuda", jax_bcoo.bcoo_dot_general_p, _plain_bcoo_gpu, R.bcoo_dot_general),
+    # The legacy CSR and COO classes' dense conversions and CSR's transposed products, which
+    # jaxlib's cuSPARSE rules lower on a GPU only: jax's own XLA rules (its CPU path).
+    Route("cuda", jax_coo.coo_todense_p, ALWAYS, jax_coo._coo_todense_lowering),
+    Route("cuda", jax_coo.coo_fromdense_p, ALWAYS, jax_coo._coo_fromdense_lowering),
+    Route("cuda", jax_csr.csr_todense_p, ALWAYS, jax_csr._csr_todense_lowering),
+    Route("cuda", jax_csr.csr_fromdense_p, ALWAYS, jax_csr._csr_fromdense_lowering),
+    Route("cuda", jax_csr.csr_matvec_p, _transposed_product, jax_csr._csr_matvec_lowering),
+    Route("cuda", jax_csr.csr_matmat_p, _transposed_product, jax_csr._csr_matmat_lowering),
     # jax's spsolve: jaxlib's csrlsvqr, a sparse QR on the GPU that waits for the stream and
     # fails on a singular matrix; ferrax's solves on the host from the device's buffers.
     Route("cuda", jax_sparse_linalg.spsolve_p, _sparse_indices, sparse.lowering),
