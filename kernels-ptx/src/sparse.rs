@@ -27,6 +27,15 @@ pub enum IndexKind {
     I64,
 }
 
+impl IndexKind {
+    pub const fn bytes(self) -> usize {
+        match self {
+            IndexKind::I32 => 4,
+            IndexKind::I64 => 8,
+        }
+    }
+}
+
 /// A sparse index as the kernels read it.
 pub trait Index: Copy {
     fn get(self) -> i64;
@@ -566,10 +575,7 @@ mod tests {
                 }
                 for index in [IndexKind::I32, IndexKind::I64] {
                     let words = aligned(index_bytes(&indices, index));
-                    let bytes = match index {
-                        IndexKind::I32 => 4,
-                        IndexKind::I64 => 8,
-                    };
+                    let bytes = index.bytes();
                     let config = coo_launch_config(kind, index, nnz, n, 1);
                     for grid in [config.grid, 1] {
                         let mut out = std::vec![T::ZERO; (m * n) as usize];

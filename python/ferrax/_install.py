@@ -171,10 +171,6 @@ def _plain_bcoo(ctx, *, dimension_numbers, lhs_spinfo, **_):
             and np.dtype(indices.dtype) in _SPARSE_INDEX_DTYPES)
 
 
-#: The dtypes of ferrax's CUDA sparse products (and cuSPARSE's).
-_GPU_SPARSE_DTYPES = {np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)}
-
-
 def _sparse_indices(ctx, **_):
     """The two index operands (CSR's columns and offsets, COO's rows and columns, spsolve's
     indices and indptr: operands 1 and 2) share a dtype the sparse targets take."""
@@ -191,7 +187,7 @@ def _sparse_product(*, csr, gpu):
         data = ctx.avals_in[0]
         return (len(shape) == 2 and not (csr and transpose) and _sparse_indices(ctx)
                 and all(core.is_constant_shape(a.shape) for a in ctx.avals_in)
-                and (not gpu or np.dtype(data.dtype) in _GPU_SPARSE_DTYPES))
+                and (not gpu or np.dtype(data.dtype) in _primitives.LAPACK_DTYPES))
 
     return when
 
@@ -215,7 +211,7 @@ def _plain_bcoo_gpu(ctx, **params):
     and scatter-add, which ferrax's kernel matches in its work until gpu-check measures them)
     or ferrax_on_gpu_everywhere is on."""
     return ((config.bcoo_cusparse_lowering.value or _GPU_EVERYWHERE)
-            and np.dtype(ctx.avals_in[0].dtype) in _GPU_SPARSE_DTYPES
+            and np.dtype(ctx.avals_in[0].dtype) in _primitives.LAPACK_DTYPES
             and _plain_bcoo(ctx, **params))
 
 

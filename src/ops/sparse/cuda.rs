@@ -116,15 +116,11 @@ fn coo_sparse_dense_cuda(stream: Stream, ops: CooProduct<'_>) -> Result<()> {
     let [rows, cols, nnz, n] = [rows, cols, nnz, n].map(|d| d as u64);
     let config = sparse::coo_launch_config(kind, index, nnz, n, gpu.multiprocessors()?);
     let row = ops.indices.data_ptr().cast_const();
-    let index_bytes = match index {
-        IndexKind::I32 => 4,
-        IndexKind::I64 => 8,
-    };
-    let args = CooArgs {
+        let args = CooArgs {
         data: ops.data.data_ptr().cast_const().cast(),
         row,
         // The column of each entry follows its row ([nnz, 2], row-major).
-        col: row.wrapping_add(index_bytes),
+        col: row.wrapping_add(index.bytes()),
         rhs: ops.rhs.data_ptr().cast_const().cast(),
         out: ops.out.data_ptr().cast(),
         index_stride: 2,
