@@ -268,6 +268,48 @@ def test_row_major_getrf_is_getrf_transposed(shape, dtype, random_matrix):
     assert np.asarray(row[2]).reshape(-1)[0] > 0
 
 
+@pytest.mark.parametrize("shape", [(9, 17, 17), (6, 25, 25), (5, 33, 33), (4, 40, 33), (4, 33, 40),
+                                   (5, 100, 100), (4, 256, 256)], ids=str)
+@pytest.mark.parametrize("target", ["ferrax_getrf", "ferrax_getrf_row_major"])
+def test_mid_sizes_against_lapack(shape, target, dtype, random_matrix):
+    """Past the Rust lanes and up to 256, real matrices by faer's recursive LU (its blocking, so
+    its rounding, is not OpenBLAS's), LAPACK's pivots made from its row order; a matrix with a
+    zero or NaN pivot is factored by LAPACK instead (faer would multiply by the pivot's
+    reciprocal); complex ones by LAPACK (faer's complex reciprocal fails on XLA's threads). Against
+    SciPy's getrf called directly and by reconstruction, in both layouts, with a zero column, a
+    repeated row and a NaN in the batch. (Subnormal pivots, LAPACK's other case, read as zero
+    on XLA's threads, which flush denormals.)"""
+    *batch, m, n = shape
+    k = min(m, n)
+    a = random_matrix(shape, dtype)
+    a[0, :, 3] = 0  # U[3, 3] exactly zero: info 4, L's column 3 left unscaled (zero)
+    a[1, m - 1, :] = a[1, 0, :]  # singular by a rounding-level last pivot (square)
+    a[2, 4, 5] = np.nan
+    if target == "ferrax_getrf":  # column-major: the transposes' C-order bytes
+        operand = np.swapaxes(a, -1, -2).copy().reshape(shape)
+        got = jax.ffi.ffi_call(target, GETRF_OUTS(a))(operand)
+        lu = np.swapaxes(np.array(got[0]).reshape(*batch, n, m), -1, -2)
+    else:
+        got = jax.ffi.ffi_call(target, GETRF_OUTS(a))(a)
+        lu = np.array(got[0])
+    pivots, info = np.asarray(got[1]) - 1, np.asarray(got[2])
+    want, want_info = lapack_pivots(a)
+    assert info[0] == want_info[0] == 4
+    assert (lu[0, 4:, 3] == 0).all() and lu[0, 3, 3] == 0
+    np.testing.assert_array_equal(info[3:], 0)
+    assert ((pivots >= np.arange(k)) & (pivots < m)).all(), pivots
+    perm = permutation_of_pivots(pivots, m)
+    finite = [b for b in range(shape[0]) if b != 2]
+    assert np.isfinite(lu[finite]).all()
+    assert np.isnan(lu[2]).any()
+    assert_valid_lu(a[finite], lu[finite], perm[finite])
+    # Regular matrices' pivots are LAPACK's. In single precision a near tie between two
+    # candidates can fall either way with another blocking's rounding: validity only there.
+    regular = [0, *range(3, shape[0])]
+    if np.finfo(dtype).eps < 1e-10:
+        np.testing.assert_array_equal(pivots[regular], want[regular])
+
+
 @pytest.mark.parametrize("n", [1, 5, 16, 17, 64, 128, 129])
 def test_installed_lu_matches_stock(n, dtype, random_matrix, installed):
     """jax.lax.linalg.lu under install(): the row-major getrf up to 128 (jax's own column-major

@@ -39,6 +39,7 @@ pub trait LapackScalar:
     + Lapack<Real: NativeType + Default + Into<f64> + ferrax_kernels::scalar::Real>
     + Default
     + KernelScalar<Real = <Self as Lapack>::Real>
+    + faer::traits::ComplexField
 {
     /// The complex scalar of the same precision (eigenvalues of real matrices are complex).
     type Complex: NativeType + Default + KernelScalar<Real = <Self as Lapack>::Real>;

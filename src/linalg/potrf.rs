@@ -4,6 +4,7 @@
 use super::flags::Uplo;
 use super::matrix::InOut;
 use super::parallel::{by_simd_groups, for_each_chunk, Pool, SharedMut, SIMD_GROUP};
+use super::vector_unit::simd_dispatch;
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
 use ferrax_cpu_fallback::Potrf;
@@ -224,7 +225,7 @@ fn factor_batch<T: LapackScalar, F: Factors<T> + Sync>(
                 let info = unsafe {
                     matrices.group(first, &mut staged_group, |group| {
                         let mut info = [0; LANES];
-                        simd::potf2(group, n, lower, &mut info, &mut lane_scratch);
+                        potf2_lanes(group, n, lower, &mut info, &mut lane_scratch);
                         info
                     })
                 }?;
@@ -267,5 +268,18 @@ fn failed<T: LapackScalar>(out: &mut [T], n: usize) {
         let (lower, upper) = row.split_at_mut(i + 1);
         lower.fill(T::from_real(<<T as Scalar>::Real as Real>::NAN));
         upper.fill(T::ZERO);
+    }
+}
+
+simd_dispatch! {
+    /// [`simd::potf2`], compiled for the widest vector unit.
+    fn potf2_lanes<T: Scalar>(
+        a: &mut [T],
+        n: usize,
+        lower: bool,
+        info: &mut [i32; LANES],
+        scratch: &mut [T],
+    ) {
+        simd::potf2(a, n, lower, info, scratch)
     }
 }

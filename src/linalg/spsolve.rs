@@ -31,10 +31,6 @@ use std::sync::OnceLock;
 const INDICES: &str = "operand 1 'indices'";
 const INDPTR: &str = "operand 2 'indptr'";
 
-/// The scalars faer's sparse factorizations take: f32, f64, c64, c128.
-pub trait SparseScalar: LapackScalar + faer::traits::ComplexField {}
-impl<T: LapackScalar + faer::traits::ComplexField> SparseScalar for T {}
-
 /// `matrices` square CSR matrices of order `indptr.len() - 1` with one pattern: matrix `m`'s
 /// entries are `data[m * nnz..][..nnz]` (`nnz = indices.len()`), row `r`'s those from
 /// `indptr[r]` to `indptr[r + 1]`, in the columns `indices` gives. Entries past `indptr[n]`
@@ -50,7 +46,7 @@ pub struct CsrBatch<'a, T, I> {
 /// Solves `A_s x_s = b_s` for each of the `systems` right-hand sides `b` `[systems, n]`
 /// (row-major) into `x` (the same shape): `A_s` is matrix `s` of `a`, or its one matrix for all
 /// (`a.matrices` is `systems` or 1). A bad offset or column is an error naming its operand.
-pub fn spsolve<T: SparseScalar, I: SparseIndex>(
+pub fn spsolve<T: LapackScalar, I: SparseIndex>(
     pool: &dyn Pool,
     a: CsrBatch<'_, T, I>,
     b: &[T],
@@ -238,7 +234,7 @@ impl<'a> Solver<'a> {
     /// Sums one matrix's entries into the pattern's values and factors it: by Cholesky where
     /// it is Hermitian with a positive diagonal and that succeeds (as MATLAB's backslash
     /// chooses; half LU's work and fill), else by LU.
-    fn factor<T: SparseScalar>(&self, data: &[T]) -> Result<Factor<T>> {
+    fn factor<T: LapackScalar>(&self, data: &[T]) -> Result<Factor<T>> {
         let mut values = vec_of(self.pattern.row_idx.len(), T::ZERO)?;
         for (&slot, &value) in self.pattern.slot.iter().zip(data) {
             values[slot] += value;
@@ -292,7 +288,7 @@ impl<'a> Solver<'a> {
     }
 
     /// Whether `values` (of `Aᵀ`) are Hermitian, exactly, with a real positive diagonal.
-    fn hermitian_positive_diagonal<T: SparseScalar>(&self, values: &[T]) -> bool {
+    fn hermitian_positive_diagonal<T: LapackScalar>(&self, values: &[T]) -> bool {
         let Some(mirror) = &self.mirror else {
             return false;
         };
@@ -308,7 +304,7 @@ impl<'a> Solver<'a> {
 
     /// Solves `A x = rhs` in place for `count` right-hand sides (`x` `[count, n]` row-major,
     /// i.e. `n × count` column-major); a system whose solution is not finite becomes NaN.
-    fn solve<T: SparseScalar>(&self, factor: &Factor<T>, x: &mut [T], count: usize) -> Result<()> {
+    fn solve<T: LapackScalar>(&self, factor: &Factor<T>, x: &mut [T], count: usize) -> Result<()> {
         let n = self.pattern.n();
         let rhs = MatMut::from_column_major_slice_mut(&mut *x, n, count);
         match factor {
@@ -384,7 +380,7 @@ mod tests {
     const INDICES: [i32; 7] = [1, 0, 1, 1, 0, 2, 7];
     const INDPTR: [i32; 4] = [0, 3, 5, 6];
 
-    fn solve<T: SparseScalar>(
+    fn solve<T: LapackScalar>(
         data: &[T],
         indptr: &[i32],
         b: &[T],

@@ -128,6 +128,7 @@ fn check_sizes<T>(a: &[T], len: usize, scratch: &[T]) {
 ///
 /// # Panics
 /// If `a` or `scratch` is shorter than `LANES·n²`.
+#[inline(always)]
 pub fn potf2<T: Scalar>(
     a: &mut [T],
     n: usize,
@@ -211,6 +212,7 @@ pub fn potf2<T: Scalar>(
 ///
 /// # Panics
 /// If `a` or `scratch` is shorter than `LANES·m·n`, or `ipiv` than `LANES·min(m, n)`.
+#[inline(always)]
 pub fn getf2<T: Scalar>(
     a: &mut [T],
     m: usize,

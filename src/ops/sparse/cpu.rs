@@ -9,7 +9,8 @@ use crate::ffi::{Array, DataType, NativeType, Result, ThreadPool};
 use crate::ffi_handlers;
 use crate::linalg::coo::{self, Coo};
 use crate::linalg::sparse::{self, Csr, Element, SparseIndex};
-use crate::linalg::spsolve::{self, CsrBatch, SparseScalar};
+use crate::linalg::spsolve::{self, CsrBatch};
+use crate::linalg::LapackScalar;
 use num_complex::Complex;
 
 ffi_handlers! {
@@ -145,7 +146,7 @@ struct OnPool<'p>(ThreadPool<'p>);
 impl SolveTyped for OnPool<'_> {
     fn solve<T, I>(self, ops: Spsolve<'_>, shape: SolveShape) -> Result<()>
     where
-        T: SparseScalar + NativeType + Default,
+        T: LapackScalar,
         I: SparseIndex + NativeType + Default,
     {
         let (data, b, x) = (Array::<T>::new(ops.data)?, Array::<T>::new(ops.b)?, Array::<T>::new(ops.x)?);

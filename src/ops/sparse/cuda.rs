@@ -10,7 +10,8 @@ use crate::cuda::GpuStream;
 use crate::ffi::{Buffer, DataType, NativeType, Result, Stream};
 use crate::ffi_handlers;
 use crate::linalg::sparse::SparseIndex;
-use crate::linalg::spsolve::{self, CsrBatch, SparseScalar};
+use crate::linalg::spsolve::{self, CsrBatch};
+use crate::linalg::LapackScalar;
 use crate::linalg::workers::workers;
 use crate::memory::vec_of;
 use ferrax_kernels::launch::ScalarKind;
@@ -152,7 +153,7 @@ struct OnHost(Stream);
 impl SolveTyped for OnHost {
     fn solve<T, I>(self, ops: Spsolve<'_>, shape: SolveShape) -> Result<()>
     where
-        T: SparseScalar + NativeType + Default,
+        T: LapackScalar,
         I: SparseIndex + NativeType + Default,
     {
         let gpu = GpuStream::adopt(self.0)?;

@@ -34,7 +34,7 @@ pub mod cuda;
 use crate::error::Error;
 use crate::ffi::{Buffer, DataType, NativeType, Result};
 use crate::linalg::sparse::SparseIndex;
-use crate::linalg::spsolve::SparseScalar;
+use crate::linalg::LapackScalar;
 use num_complex::Complex;
 use std::ffi::CStr;
 
@@ -169,7 +169,7 @@ pub(crate) struct SolveShape {
 pub(crate) trait SolveTyped {
     fn solve<T, I>(self, ops: Spsolve<'_>, shape: SolveShape) -> Result<()>
     where
-        T: SparseScalar + NativeType + Default,
+        T: LapackScalar,
         I: SparseIndex + NativeType + Default;
 }
 
@@ -190,7 +190,7 @@ impl Spsolve<'_> {
 
     fn by_index<T>(self, platform: impl SolveTyped, shape: SolveShape) -> Result<()>
     where
-        T: SparseScalar + NativeType + Default,
+        T: LapackScalar,
     {
         for buffer in [&self.data, &self.x] {
             buffer.expect_dtype(T::DTYPE)?;
