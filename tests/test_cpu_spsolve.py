@@ -92,6 +92,24 @@ def test_against_scipy(dtype, index_dtype, rng, installed):
     np.testing.assert_array_equal(solve(data, b), x)
 
 
+def test_pivots_of_parts_below_one(dtype, rng):
+    """Pivots whose real and imaginary parts are below one (0.86 + 0.65i): faer's complex
+    reciprocal of such a number passes through a subnormal, which XLA's threads flush to zero
+    unless ferrax keeps subnormals around faer (it did not: residuals of order one)."""
+    n = 30
+    pivot = 0.86 + 0.65j if np.dtype(dtype).kind == "c" else 0.86
+    off = sps.random(n, n, density=0.1, rng=rng, format="csr")
+    a = sps.csr_matrix(0.1 * off * (1 + 1j if np.dtype(dtype).kind == "c" else 1)
+                       + pivot * sps.eye(n)).astype(dtype)
+    values, indices, indptr = a.data, a.indices.astype(np.int32), a.indptr.astype(np.int32)
+    dense = a.toarray().astype(np.result_type(dtype, np.float64))
+    b = random_vector(rng, (3, n), dtype)
+    # A batch of three: the pool's threads (the flushing ones) factor them.
+    x = jax.jit(ferrax.sparse.spsolve)(np.stack([values] * 3), indices, indptr, b)
+    for k in range(3):
+        assert_solves(x[k], dense, b[k], dtype)
+
+
 def test_hermitian(dtype, rng):
     """A Hermitian matrix with a positive diagonal: positive definite (ferrax factors it by
     Cholesky) and indefinite (Cholesky fails, LU follows), one batch."""

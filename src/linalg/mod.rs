@@ -23,6 +23,7 @@ pub mod svd;
 pub mod tridiagonal;
 pub mod tridiagonal_solve;
 pub mod trsm;
+pub mod underflow;
 pub mod vector_unit;
 pub(crate) mod workers;
 

@@ -13,6 +13,7 @@
 
 use super::parallel::{for_each_chunk, Pool, SharedMut};
 use super::sparse::{mismatch, SparseIndex};
+use super::underflow::GradualUnderflow;
 use super::LapackScalar;
 use crate::error::{Error, Result};
 use crate::memory::{grow, vec_of};
@@ -235,6 +236,7 @@ impl<'a> Solver<'a> {
     /// it is Hermitian with a positive diagonal and that succeeds (as MATLAB's backslash
     /// chooses; half LU's work and fill), else by LU.
     fn factor<T: LapackScalar>(&self, data: &[T]) -> Result<Factor<T>> {
+        let _gradual = GradualUnderflow::new();
         let mut values = vec_of(self.pattern.row_idx.len(), T::ZERO)?;
         for (&slot, &value) in self.pattern.slot.iter().zip(data) {
             values[slot] += value;
@@ -305,6 +307,7 @@ impl<'a> Solver<'a> {
     /// Solves `A x = rhs` in place for `count` right-hand sides (`x` `[count, n]` row-major,
     /// i.e. `n × count` column-major); a system whose solution is not finite becomes NaN.
     fn solve<T: LapackScalar>(&self, factor: &Factor<T>, x: &mut [T], count: usize) -> Result<()> {
+        let _gradual = GradualUnderflow::new();
         let n = self.pattern.n();
         let rhs = MatMut::from_column_major_slice_mut(&mut *x, n, count);
         match factor {
