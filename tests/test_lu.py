@@ -272,10 +272,10 @@ def test_row_major_getrf_is_getrf_transposed(shape, dtype, random_matrix):
                                    (5, 100, 100), (4, 256, 256)], ids=str)
 @pytest.mark.parametrize("target", ["ferrax_getrf", "ferrax_getrf_row_major"])
 def test_mid_sizes_against_lapack(shape, target, dtype, random_matrix):
-    """Past the Rust lanes and up to 256, real matrices by faer's recursive LU (its blocking, so
-    its rounding, is not OpenBLAS's), LAPACK's pivots made from its row order; a matrix with a
-    zero or NaN pivot is factored by LAPACK instead (faer would multiply by the pivot's
-    reciprocal); complex ones by LAPACK (faer's complex reciprocal fails on XLA's threads). Against
+    """Past the Rust lanes and up to 256, faer's recursive LU (its blocking, so its rounding, is
+    not OpenBLAS's), LAPACK's pivots made from its row order; a matrix with a zero or NaN pivot
+    is factored by LAPACK instead (faer would multiply by the pivot's reciprocal). (Complex
+    ones failed here on XLA's threads, which flush subnormals, until faer ran without.) Against
     SciPy's getrf called directly and by reconstruction, in both layouts, with a zero column, a
     repeated row and a NaN in the batch. (Subnormal pivots, LAPACK's other case, read as zero
     on XLA's threads, which flush denormals.)"""

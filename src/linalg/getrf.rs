@@ -3,6 +3,7 @@
 
 use super::matrix::{InOut, Layout};
 use super::parallel::{by_simd_groups, for_each_chunk, Pool, SharedMut, SIMD_GROUP};
+use super::underflow::GradualUnderflow;
 use super::vector_unit::simd_dispatch;
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
@@ -30,11 +31,9 @@ pub fn small_max<T: Scalar>() -> usize {
     }
 }
 
-/// From [`small_max`] up to this many rows and columns, real matrices are factored by faer's
-/// recursive LU (its own SIMD matrix products), 1.1–1.4× OpenBLAS's `?getrf` per matrix there;
-/// OpenBLAS past it, where its threads can share one large matrix. Not complex ones: faer's
-/// complex reciprocal scales `z` with `|z| ≤ 1` by `sqrt(MAX)` and inverts `|z|²·MAX`, a
-/// subnormal that XLA's threads flush to zero (whole L columns came out zero).
+/// From [`small_max`] up to this many rows and columns, faer's recursive LU (its own SIMD
+/// matrix products), 1.1–1.4× OpenBLAS's `?getrf` per matrix there; OpenBLAS past it, where its
+/// threads can share one large matrix.
 pub const MID_MAX: usize = 256;
 
 /// Factors every matrix of `a` (`m × n`) into `a.output`: `ipiv` gets its `min(m, n)` 1-based
@@ -101,7 +100,7 @@ pub fn getrf<T: LapackScalar>(
         });
     }
     let getrf = routine(T::getrf())?;
-    let mid = !<T as Scalar>::COMPLEX && rows.max(cols) <= MID_MAX;
+    let mid = rows.max(cols) <= MID_MAX;
     for_each_chunk(pool, count, flops, &|range| {
         let (mut staged, mut original) = (Vec::new(), Vec::new());
         let mut rows_order = vec![0usize; if mid { 3 * rows } else { 0 }];
@@ -158,6 +157,7 @@ fn faer_getrf<T: LapackScalar>(
     rows_order: &mut [usize],
     stack: &mut MemStack,
 ) -> bool {
+    let _gradual = GradualUnderflow::new();
     let (perm, rest) = rows_order.split_at_mut(rows);
     let (perm_inv, order) = rest.split_at_mut(rows);
     let matrix = MatMut::from_column_major_slice_with_stride_mut(a, rows, cols, ld);
