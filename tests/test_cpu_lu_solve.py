@@ -70,7 +70,8 @@ def installed():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [1, 4, MAX])
+# Orders on both sides of where ferrax's substitution loops give way to faer's solves (8).
+@pytest.mark.parametrize("n", [1, 4, 7, 8, 33, MAX])
 # jnp.linalg.solve takes a vector b with a single matrix only.
 @pytest.mark.parametrize("batch,rhs", [((), "vector"), ((), "matrix"), ((5,), "matrix"),
                                        ((2, 3), "matrix")])
@@ -94,10 +95,11 @@ def test_larger_orders_keep_jax_steps():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("trans", [0, 1, 2])
-def test_lu_solve_each_transpose(dtype, trans):
+@pytest.mark.parametrize("n", [7, 40])
+def test_lu_solve_each_transpose(dtype, trans, n):
     rng = np.random.default_rng()
-    a = rand(rng, (4, 7, 7), dtype)
-    b = rand(rng, (4, 7, 5), dtype)
+    a = rand(rng, (4, n, n), dtype)
+    b = rand(rng, (4, n, 5), dtype)
     lu, _, perm = jax.lax.linalg.lu(a)
     solve = jax.jit(lambda lu, perm, b: lax_linalg.lu_solve(lu, perm, b, trans=trans))
     assert TARGET in solve.lower(lu, perm, b).as_text()
@@ -105,7 +107,7 @@ def test_lu_solve_each_transpose(dtype, trans):
     assert_backward_stable(a, x, b, dtype, trans)
     ferrax.uninstall()
     stock = solve(lu, perm, b)
-    tol = 50 * 7 * np.finfo(dtype).eps * np.linalg.cond(a.astype(np.complex128)).max()
+    tol = 50 * n * np.finfo(dtype).eps * np.linalg.cond(a.astype(np.complex128)).max()
     np.testing.assert_allclose(np.asarray(x), np.asarray(stock), rtol=tol, atol=tol)
 
 
@@ -124,17 +126,33 @@ def test_a_permutation_that_is_none_gives_jax_result(trans):
     np.testing.assert_allclose(np.asarray(x), np.asarray(solve(lu, perm, b)), rtol=1e-13)
 
 
-def test_singular_factor_spreads_non_finite_as_jax():
+@pytest.mark.parametrize("n", [5, 24])
+def test_singular_factor_spreads_non_finite_as_jax(n):
     rng = np.random.default_rng()
-    a = rand(rng, (3, 5, 5), np.float64)
+    a = rand(rng, (3, n, n), np.float64)
     a[1, :, 2] = 0  # singular: U has a zero on its diagonal
-    b = rand(rng, (3, 5, 1), np.float64)
+    b = rand(rng, (3, n, 1), np.float64)
     x = np.asarray(jax.jit(jnp.linalg.solve)(a, b))
     ferrax.uninstall()
     stock = np.asarray(jax.jit(jnp.linalg.solve)(a, b))
     np.testing.assert_array_equal(np.isfinite(x), np.isfinite(stock))
     assert not np.isfinite(x[1]).all() and np.isfinite(x[[0, 2]]).all()
     assert_backward_stable(a[[0, 2]], x[[0, 2]], b[[0, 2]], np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_pivots_of_parts_below_one(dtype):
+    # faer's complex reciprocal of a pivot whose parts are both below one and modulus above one
+    # (0.86 + 0.65i) goes through a subnormal, which XLA's threads flush to zero unless ferrax keeps gradual underflow.
+    # A batch large enough to reach the pool's threads (the flushing ones).
+    rng = np.random.default_rng()
+    batch, n = 1024, 16
+    u = np.triu(rand(rng, (batch, n, n), dtype)) * 0.1
+    u[:, np.arange(n), np.arange(n)] = 0.86 + 0.65j
+    perm = np.broadcast_to(np.arange(n, dtype=np.int32), (batch, n))
+    b = rand(rng, (batch, n, 3), dtype)
+    x = jax.jit(lax_linalg.lu_solve)(u, perm, b)
+    assert_backward_stable(u, x, b, dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])

@@ -237,12 +237,12 @@ CPU_FUSED_QR_MAX = 128
 #: steps (the factorization outweighs XLA's passes there, and XLA spreads its passes over the
 #: cores where one big matrix would leave them to one task).
 CPU_FUSED_CHOLESKY_MAX = 128
-#: Up to this order jax's lu_solve (and so jnp.linalg.solve after lu) is one ferrax_lu_solve
-#: call, where jax's rule makes an XLA gather and two triangular solves, each a pass over the
-#: batch (jnp.linalg.solve, 2 cores, ~4 MB batches, against ferrax's getrf and trsm: n = 4-16
-#: 1.2-1.9x faster with 1 or n right-hand sides; at 32-128 within this machine's noise, and
-#: 0.7x for c128 with n right-hand sides, where OpenBLAS's blocked trsm wins).
-CPU_FUSED_LU_SOLVE_MAX = 16
+#: Up to this order jax's lu_solve (and so jnp.linalg.solve and inv after lu) is one
+#: ferrax_lu_solve call, where jax's rule makes an XLA gather and two triangular solves, each a
+#: pass over the batch (jnp.linalg.solve, 2 cores, ~4 MB batches, 1 or n right-hand sides:
+#: 1.1-3.3x faster at n = 32-256; at 512 even, at 1024 0.6-0.8x: one matrix's solves on one
+#: core, where OpenBLAS's trsm after ferrax's getrf has both).
+CPU_FUSED_LU_SOLVE_MAX = 256
 
 
 class Route(NamedTuple):
