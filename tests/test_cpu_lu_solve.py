@@ -111,6 +111,22 @@ def test_lu_solve_each_transpose(dtype, trans, n):
     np.testing.assert_allclose(np.asarray(x), np.asarray(stock), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("trans", [0, 1, 2])
+def test_one_system_many_right_hand_sides(dtype, trans):
+    # Fewer systems than threads: each one's right-hand sides split in column blocks over the
+    # threads (50 columns: uneven blocks); jnp.linalg.inv is such a solve.
+    rng = np.random.default_rng()
+    a = rand(rng, (64, 64), dtype)
+    b = rand(rng, (64, 50), dtype)
+    lu, _, perm = jax.lax.linalg.lu(a)
+    x = jax.jit(lambda lu, perm, b: lax_linalg.lu_solve(lu, perm, b, trans=trans))(lu, perm, b)
+    assert_backward_stable(a, x, b, dtype, trans)
+    inverse = jax.jit(jnp.linalg.inv)(a)
+    assert TARGET in jax.jit(jnp.linalg.inv).lower(a).as_text()
+    assert_backward_stable(a, inverse, np.eye(64, dtype=dtype), dtype)
+
+
 @pytest.mark.parametrize("trans", [0, 1])
 def test_a_permutation_that_is_none_gives_jax_result(trans):
     # jax gathers rows (trans 0) or puts them back by a stable argsort (trans 1): repeated

@@ -3,7 +3,7 @@
 //! makes an XLA gather and two `triangular_solve` calls, each a pass over the whole batch
 //! (and, on the CPU, two transposes around each solve).
 
-use super::parallel::{for_each_chunk, Pool, SharedMut};
+use super::parallel::{for_each_chunk, parallel_for, Pool, SharedMut, MIN_FLOPS_PER_TASK};
 use super::underflow::GradualUnderflow;
 use super::LapackScalar;
 use crate::error::{Error, Result};
@@ -11,6 +11,7 @@ use crate::memory;
 use faer::linalg::triangular_solve as faer_trsm;
 use faer::{Conj, MatMut, MatRef, Par};
 use ferrax_kernels::small::{trsm, Transpose};
+use std::ops::Range;
 
 /// From this order on the triangular solves are faer's (recursive, its matrix products' SIMD
 /// kernels), for any number of right-hand sides: `jnp.linalg.solve`, 2 cores, ~4 MB batches,
@@ -18,6 +19,9 @@ use ferrax_kernels::small::{trsm, Transpose};
 /// time, 16 0.55-0.9x, 32 0.6-0.8x, 64-128 0.4-0.9x. Below it, faer's 4×4 base case is
 /// about all there is and the loops are as fast.
 const FAER_MIN_ORDER: usize = 8;
+
+/// The fewest right-hand sides a task takes when one system's are split over the threads.
+const MIN_BLOCK_COLUMNS: usize = 16;
 
 /// Solves `op(A)·x = b` for each of the `count` row-major `n × n` packed LU factorizations in
 /// `lu` (`A = P⁻¹·L·U` as jax's `lu` returns it: `b`'s row `perm[i]` is row `i` of `P·b`;
@@ -62,60 +66,124 @@ pub fn lu_solve<T: LapackScalar>(
     }
     let out = SharedMut(x.as_mut_ptr());
     let flops = (2 * n * n * k).max(1);
-    for_each_chunk(pool, count, flops, &|range| {
-        // A transposed solve's copy of b and put-back offsets, one per task.
-        let (mut y, mut starts) = (Vec::new(), Vec::new());
+    // Each task: system `m`'s columns `cols`, with `y` and `starts` a transposed solve's
+    // scratch (a copy of those columns of b, the put-back offsets).
+    let solve = |m: usize, cols: Range<usize>, y: &mut Vec<T>, starts: &mut Vec<usize>| {
         if trans != Transpose::No {
-            memory::grow(&mut y, n * k, T::ZERO)?;
-            memory::grow(&mut starts, n + 1, 0)?;
+            memory::grow(y, n * cols.len(), T::ZERO)?;
+            memory::grow(starts, n + 1, 0)?;
         }
-        for m in range {
-            let lu = &lu[m * n * n..(m + 1) * n * n];
-            let perm = &perm[m * n..(m + 1) * n];
-            let b = &b[m * n * k..(m + 1) * n * k];
-            // SAFETY: system `m`'s solution, which this task alone writes.
-            let x = unsafe { out.slice(m * n * k, n * k) };
-            solve_one(lu, perm, b, x, [n, k], trans, (&mut y[..], &mut starts[..]));
-        }
+        let system = [
+            &lu[m * n * n..(m + 1) * n * n],
+            &b[m * n * k..(m + 1) * n * k],
+        ];
+        let perm = &perm[m * n..(m + 1) * n];
+        // SAFETY: system `m`'s solution, of which this task alone writes columns `cols`.
+        unsafe {
+            solve_one(
+                system,
+                perm,
+                out.at(m * n * k),
+                [n, k],
+                cols,
+                trans,
+                (y, starts),
+            )
+        };
         Ok(())
+    };
+    let parts = column_blocks(pool.threads(), [count, n, k]);
+    if parts > 1 {
+        return parallel_for(pool, count * parts, &|task| {
+            let (m, part) = (task / parts, task % parts);
+            solve(
+                m,
+                part * k / parts..(part + 1) * k / parts,
+                &mut Vec::new(),
+                &mut Vec::new(),
+            )
+        });
+    }
+    for_each_chunk(pool, count, flops, &|range| {
+        let (mut y, mut starts) = (Vec::new(), Vec::new());
+        range
+            .into_iter()
+            .try_for_each(|m| solve(m, 0..k, &mut y, &mut starts))
     })
 }
 
-/// One system. Row-major `lu` read column-major is `(L·U)ᵀ`'s storage: its upper triangle
-/// holds `Lᵀ`, its lower one `Uᵀ`; row-major `x` read column-major is `xᵀ` (`k × n`, leading
-/// dimension `k`). So `L·y = c` is `yᵀ·Lᵀ = cᵀ`, a solve from the right with that upper
-/// triangle, and so on: each step is an update of contiguous rows of x.
-/// With `trans`, `y` (`n·k` elements) and `starts` (`n + 1`) are its scratch.
-fn solve_one<T: LapackScalar>(
-    lu: &[T],
+/// Into how many blocks of columns each system's right-hand sides are split, one task each:
+/// with fewer systems than threads (one large matrix: `jnp.linalg.inv`, a solve with many
+/// right-hand sides), blocks of at least [`MIN_BLOCK_COLUMNS`] columns and
+/// [`MIN_FLOPS_PER_TASK`] flops, by faer's solves (they take strided blocks); else 1.
+/// One system of order 256-1024 with as many right-hand sides, 2 cores: 0.45-0.6x the time
+/// of one task (`jax.scipy.linalg.lu_solve`).
+fn column_blocks(threads: usize, [count, n, k]: [usize; 3]) -> usize {
+    if n < FAER_MIN_ORDER || count >= threads {
+        return 1;
+    }
+    let flops = 2 * n * n * k;
+    threads
+        .div_ceil(count)
+        .min(k / MIN_BLOCK_COLUMNS)
+        .min(flops / MIN_FLOPS_PER_TASK)
+        .max(1)
+}
+
+/// One system, columns `cols` of its `n × k` right-hand sides (all of them below
+/// [`FAER_MIN_ORDER`]). Row-major `lu` read column-major is `(L·U)ᵀ`'s storage: its upper
+/// triangle holds `Lᵀ`, its lower one `Uᵀ`; row-major `x` read column-major is `xᵀ` (`k × n`,
+/// leading dimension `k`). So `L·y = c` is `yᵀ·Lᵀ = cᵀ`, a solve from the right with that
+/// upper triangle, and so on: each step is an update of contiguous rows of x.
+/// With `trans`, `y` (`n·w` elements, `w` the block's width) and `starts` (`n + 1`) are its
+/// scratch.
+///
+/// # Safety
+/// `x` points to the system's `n × k` row-major solution, whose columns `cols` nothing else
+/// reads or writes meanwhile.
+unsafe fn solve_one<T: LapackScalar>(
+    [lu, b]: [&[T]; 2],
     perm: &[i32],
-    b: &[T],
-    x: &mut [T],
+    x: *mut T,
     [n, k]: [usize; 2],
+    cols: Range<usize>,
     trans: Transpose,
     (y, starts): (&mut [T], &mut [usize]),
 ) {
-    let solve = |x: &mut [T], lower: bool, trans: Transpose, unit: bool| {
+    let w = cols.len();
+    // In place on the n × w block at `block`, rows `ld` apart (see `column_blocks` for why
+    // only faer's solves take a block narrower than the rows).
+    let solve = |block: *mut T, ld: usize, lower: bool, trans: Transpose, unit: bool| {
         if n >= FAER_MIN_ORDER {
-            faer_solve(lu, x, [n, k], lower, trans, unit)
+            // SAFETY: the block (the caller's columns of x, or y) is this call's alone.
+            let block = unsafe { MatMut::from_raw_parts_mut(block, n, w, ld as isize, 1) };
+            faer_solve(lu, block, lower, trans, unit)
         } else {
-            trsm(false, lower, trans, unit, k, n, lu, n, x, k)
+            // SAFETY: as above; here `w = ld`, the whole of x or y.
+            let block = unsafe { std::slice::from_raw_parts_mut(block, n * ld) };
+            trsm(false, lower, trans, unit, w, n, lu, n, block, ld)
         }
     };
+    let row = |i: usize| i * k + cols.start..i * k + cols.end;
     if trans == Transpose::No {
-        for (row, &p) in x.chunks_exact_mut(k).zip(perm) {
-            let p = p as usize;
-            row.copy_from_slice(&b[p * k..(p + 1) * k]);
+        for (i, &p) in perm.iter().enumerate() {
+            let source = &b[row(p as usize)];
+            // SAFETY: row i of the caller's columns of x.
+            unsafe { std::ptr::copy_nonoverlapping(source.as_ptr(), x.add(row(i).start), w) };
         }
-        solve(x, false, Transpose::No, true); // L
-        solve(x, true, Transpose::No, false); // U
+        let block = unsafe { x.add(cols.start) };
+        solve(block, k, false, Transpose::No, true); // L
+        solve(block, k, true, Transpose::No, false); // U
         return;
     }
     // Uᵀ (or Uᴴ), then Lᵀ (or Lᴴ), on a copy of b; row r of the solution is then row ind[r]
     // of it, ind the stable argsort of perm.
-    y.copy_from_slice(b);
-    solve(y, true, trans, false);
-    solve(y, false, trans, true);
+    let y = &mut y[..n * w];
+    for (i, y) in y.chunks_exact_mut(w).enumerate() {
+        y.copy_from_slice(&b[row(i)]);
+    }
+    solve(y.as_mut_ptr(), w, true, trans, false);
+    solve(y.as_mut_ptr(), w, false, trans, true);
     starts.fill(0);
     for &p in perm {
         starts[p as usize + 1] += 1;
@@ -125,7 +193,8 @@ fn solve_one<T: LapackScalar>(
     }
     for (i, &p) in perm.iter().enumerate() {
         let r = &mut starts[p as usize];
-        x[*r * k..(*r + 1) * k].copy_from_slice(&y[i * k..(i + 1) * k]);
+        // SAFETY: row r of the caller's columns of x.
+        unsafe { std::ptr::copy_nonoverlapping(y[i * w..].as_ptr(), x.add(row(*r).start), w) };
         *r += 1;
     }
 }
@@ -135,16 +204,15 @@ fn solve_one<T: LapackScalar>(
 /// column-major view calls `lower_in_column_major` (its transpose's), unit if `unit`.
 fn faer_solve<T: LapackScalar>(
     lu: &[T],
-    x: &mut [T],
-    [n, k]: [usize; 2],
+    x: MatMut<'_, T>,
     lower_in_column_major: bool,
     trans: Transpose,
     unit: bool,
 ) {
     // faer's complex reciprocal needs subnormals (see `underflow`).
     let _gradual = GradualUnderflow::new();
+    let n = x.nrows();
     let a = MatRef::from_row_major_slice(lu, n, n);
-    let x = MatMut::from_row_major_slice_mut(x, n, k);
     let (a, conj) = match trans {
         Transpose::No => (a, Conj::No),
         Transpose::Yes => (a.transpose(), Conj::No),
