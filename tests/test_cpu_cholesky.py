@@ -1,8 +1,8 @@
 """jax's ``cholesky`` on the CPU as one ``ferrax_cholesky`` call (``ferrax.linalg.cholesky``,
 what ``ferrax.install()`` makes of ``jax.lax.linalg.cholesky``): symmetrization, the factor
-and jax's NaN-below-zeros result for failures, against stock jax on both sides of the Rust /
-LAPACK hand-over (16) and of the fused / jax-steps one (128); differentiation, vmap, jax.scipy
-and export through it.
+and jax's NaN-below-zeros result for failures, against stock jax on both sides of the
+Rust / faer / LAPACK hand-overs (16, 96) and of the fused / jax-steps one (128);
+differentiation, vmap, jax.scipy and export through it.
 """
 
 import importlib.util
@@ -48,7 +48,7 @@ def _stock_then_installed(fn, *args, fused, target=FUSED):
 
 
 @pytest.mark.parametrize("symmetrize", [True, False])
-@pytest.mark.parametrize("n", [1, 5, 16, 17, 40, 128, 129])
+@pytest.mark.parametrize("n", [1, 5, 16, 17, 40, 96, 97, 128, 129])
 def test_matches_stock(n, symmetrize, dtype, random_matrix, assert_close):
     batch = 11 if n <= 40 else 3
     a = _positive_definite(random_matrix, (batch, n, n), dtype)
@@ -78,10 +78,14 @@ def test_non_finite_inputs_fail_as_stock(dtype, random_matrix):
     a[0, 5, 3] = np.nan  # below the diagonal: reaches the factorization
     a[1, 3, 5] = np.inf  # above: symmetrization carries it below
     a[2, 0, 0] = np.nan
+    # An infinite last pivot: LAPACK factors on (faer, which ferrax runs first at this order,
+    # stops there), so jax's result is the factor with an infinite last diagonal, not NaN.
+    a[3, n - 1, n - 1] = np.inf
     fn = jnp.linalg.cholesky
     stock, ours = _stock_then_installed(fn, a, fused=True)
     for b in (0, 1, 2):
         assert not np.isfinite(ours[b]).all() and not np.isfinite(stock[b]).all(), b
+    assert np.isinf(stock[3, n - 1, n - 1]) and np.isfinite(stock[3, :n - 1]).all()
     assert_matches_stock(ours[3:], stock[3:], TOL[dtype])
 
 
