@@ -49,6 +49,18 @@ pub fn grow<T: Clone>(vec: &mut Vec<T>, len: usize, fill: T) -> Result<()> {
     Ok(())
 }
 
+/// faer's scratch for `request`, allocated fallibly; `routine` names it in the error.
+pub fn faer_scratch(
+    request: faer::dyn_stack::StackReq,
+    routine: &str,
+) -> Result<faer::dyn_stack::MemBuffer> {
+    faer::dyn_stack::MemBuffer::try_new(request).map_err(|_| {
+        Error::resource_exhausted(format!(
+            "{routine}: cannot allocate the factorization's scratch"
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

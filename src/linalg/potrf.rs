@@ -8,7 +8,8 @@ use super::underflow::GradualUnderflow;
 use super::vector_unit::simd_dispatch;
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
-use faer::dyn_stack::{MemBuffer, MemStack};
+use crate::memory;
+use faer::dyn_stack::MemStack;
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
 use faer::{MatMut, Par};
 use ferrax_cpu_fallback::Potrf;
@@ -105,8 +106,7 @@ fn faer_cholesky<T: LapackScalar>(
     let (order, potrf) = (lapack_int("order", n)?, routine(T::potrf())?);
     let request = cholesky_in_place_scratch::<T>(n, Par::Seq, Default::default());
     for_each_chunk(pool, count, n.pow(3) / 3, &|range| {
-        let mut scratch = MemBuffer::try_new(request)
-            .map_err(|_| Error::resource_exhausted("cholesky: cannot allocate faer's scratch"))?;
+        let mut scratch = memory::faer_scratch(request, "cholesky")?;
         let _gradual = GradualUnderflow::new();
         for b in range {
             let x = &fused.x[b * n * n..(b + 1) * n * n];

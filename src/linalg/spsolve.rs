@@ -16,8 +16,8 @@ use super::sparse::{mismatch, SparseIndex};
 use super::underflow::GradualUnderflow;
 use super::LapackScalar;
 use crate::error::{Error, Result};
-use crate::memory::{grow, vec_of};
-use faer::dyn_stack::{MemBuffer, MemStack, StackReq};
+use crate::memory::{self, grow, vec_of};
+use faer::dyn_stack::MemStack;
 use faer::sparse::linalg::cholesky::{
     factorize_symbolic_cholesky, LltRef, SymbolicCholesky, SymmetricOrdering,
 };
@@ -254,7 +254,7 @@ impl<'a> Solver<'a> {
             let symbolic = symbolic.as_ref().map_err(Clone::clone)?;
             let mut l = vec_of(symbolic.len_val(), T::ZERO)?;
             let request = symbolic.factorize_numeric_llt_scratch::<T>(Par::Seq, Default::default());
-            let mut buffer = scratch(request)?;
+            let mut buffer = memory::faer_scratch(request, "spsolve")?;
             let factored = symbolic.factorize_numeric_llt(
                 &mut l,
                 SparseColMatRef::new(self.structure, &values),
@@ -274,7 +274,7 @@ impl<'a> Solver<'a> {
         });
         let symbolic = symbolic.as_ref().map_err(Clone::clone)?;
         let request = symbolic.factorize_numeric_lu_scratch::<T>(Par::Seq, Default::default());
-        let mut buffer = scratch(request)?;
+        let mut buffer = memory::faer_scratch(request, "spsolve")?;
         let mut lu = NumericLu::new();
         match symbolic.factorize_numeric_lu(
             &mut lu,
@@ -315,7 +315,7 @@ impl<'a> Solver<'a> {
                 // Hermitian A: the factored Aᵀ is conj(A).
                 let symbolic = analysis(&self.cholesky)?;
                 let request = symbolic.solve_in_place_scratch::<T>(count, Par::Seq);
-                let mut buffer = scratch(request)?;
+                let mut buffer = memory::faer_scratch(request, "spsolve")?;
                 LltRef::new(symbolic, l).solve_in_place_with_conj(
                     Conj::Yes,
                     rhs,
@@ -326,7 +326,7 @@ impl<'a> Solver<'a> {
             Factor::Lu(numeric) => {
                 let symbolic = analysis(&self.lu)?;
                 let request = symbolic.solve_transpose_in_place_scratch::<T>(count, Par::Seq);
-                let mut buffer = scratch(request)?;
+                let mut buffer = memory::faer_scratch(request, "spsolve")?;
                 LuRef::new_unchecked(symbolic, numeric).solve_transpose_in_place_with_conj(
                     Conj::No,
                     rhs,
@@ -345,13 +345,6 @@ impl<'a> Solver<'a> {
         }
         Ok(())
     }
-}
-
-/// faer's scratch, allocated fallibly.
-fn scratch(request: StackReq) -> Result<MemBuffer> {
-    MemBuffer::try_new(request).map_err(|_| {
-        Error::resource_exhausted("spsolve: cannot allocate the factorization's scratch")
-    })
 }
 
 /// An analysis the factorization made (and succeeded at) before the solve.
