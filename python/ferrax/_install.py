@@ -224,12 +224,12 @@ def _threefry_kernel_asked(ctx):
 
 # ---- The routing table. ----
 
-#: Up to this order the CPU lu takes ferrax_getrf_row_major: each task moves its matrices to
-#: LAPACK's order and back in cache, where jax's rule has XLA transpose the whole batch before
-#: and after the call, apart from the parallel work (jax.lax.linalg.lu, 2 cores, ~4 MB
-#: batches: 15% faster at n = 16, 2-12% at 24-128; at 512, matrices past the L2 cache,
-#: XLA's transposes are faster: f64 5.1 vs 5.9 ms).
-CPU_ROW_MAJOR_LU_MAX = 128
+#: The CPU lu takes ferrax_getrf_row_major at every order: each task moves its matrices to
+#: LAPACK's order and back in cache, and from order 128 with fewer matrices than threads (from
+#: 257 always) ferrax factors each matrix where it is, over all the threads, where jax's rule
+#: has XLA transpose the whole batch before and after the call, apart from the parallel work
+#: (jax.lax.linalg.lu, 2 cores, ~4 MB batches: 15% faster at n = 16, 2-12% at 24-128; one
+#: 512x512 f64 matrix: 5.9 -> 3.2 ms).
 #: Up to this order the CPU qr (without pivoting) is one ferrax_qr call (jnp.linalg.qr,
 #: 2 cores, ~4 MB batches: 8.0-8.9 -> ~5 ms at n = 16-64).
 CPU_FUSED_QR_MAX = 128
@@ -262,7 +262,7 @@ ALWAYS = None
 L, P, R, S = lax_linalg, _primitives, _rules, sparse_lowerings
 
 ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax's rule)
-    Route("cpu", L.lu_p, _cpu(CPU_ROW_MAJOR_LU_MAX, static_shapes=True), R.lu_row_major),
+    Route("cpu", L.lu_p, _cpu(sys.maxsize, static_shapes=True), R.lu_row_major),
     Route("cpu", L.qr_p, _unpivoted(_cpu(CPU_FUSED_QR_MAX)), R.qr),
     # ferrax's cholesky_p: what install() makes of jax's cholesky, and ferrax.linalg.cholesky.
     Route("cpu", P.cholesky_p, _cpu(CPU_FUSED_CHOLESKY_MAX), R.cholesky, on_import=True),

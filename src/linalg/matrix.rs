@@ -127,6 +127,11 @@ impl<T: Copy> Batch<T> {
         self.rows == 0 || self.cols == 0
     }
 
+    /// The distances between a matrix's rows and between its columns, in elements.
+    pub fn strides(&self) -> [usize; 2] {
+        [self.row_stride, self.col_stride]
+    }
+
     /// The first element of matrix `b`.
     ///
     /// # Safety
