@@ -224,12 +224,6 @@ def _threefry_kernel_asked(ctx):
 
 # ---- The routing table. ----
 
-#: The CPU lu takes ferrax_getrf_row_major at every order: each task moves its matrices to
-#: LAPACK's order and back in cache, and from order 128 with fewer matrices than threads (from
-#: 257 always) ferrax factors each matrix where it is, over all the threads, where jax's rule
-#: has XLA transpose the whole batch before and after the call, apart from the parallel work
-#: (jax.lax.linalg.lu, 2 cores, ~4 MB batches: 15% faster at n = 16, 2-12% at 24-128; one
-#: 512x512 f64 matrix: 5.9 -> 3.2 ms).
 #: Up to this order the CPU qr (without pivoting) is one ferrax_qr call (jnp.linalg.qr,
 #: 2 cores, ~4 MB batches: 8.0-8.9 -> ~5 ms at n = 16-64).
 CPU_FUSED_QR_MAX = 128
@@ -237,12 +231,6 @@ CPU_FUSED_QR_MAX = 128
 #: steps (the factorization outweighs XLA's passes there, and XLA spreads its passes over the
 #: cores where one big matrix would leave them to one task).
 CPU_FUSED_CHOLESKY_MAX = 128
-#: Up to this order jax's lu_solve (and so jnp.linalg.solve and inv after lu) is one
-#: ferrax_lu_solve call, where jax's rule makes an XLA gather and two triangular solves, each a
-#: pass over the batch (jnp.linalg.solve, 2 cores, ~4 MB batches, 1 or n right-hand sides:
-#: 1.1-3.3x faster at n = 32-256; at 512 even, at 1024 0.6-0.8x: one matrix's solves on one
-#: core, where OpenBLAS's trsm after ferrax's getrf has both).
-CPU_FUSED_LU_SOLVE_MAX = 256
 
 
 class Route(NamedTuple):
@@ -262,12 +250,23 @@ ALWAYS = None
 L, P, R, S = lax_linalg, _primitives, _rules, sparse_lowerings
 
 ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax's rule)
+    # ferrax_getrf_row_major at every order: each task moves its matrices to LAPACK's order and
+    # back in cache, and from order 128 with fewer matrices than threads (from 257 always) each
+    # matrix is factored where it is, over all the threads, where jax's rule has XLA transpose
+    # the whole batch before and after the call, apart from the parallel work (jax's lu, 2
+    # cores, ~4 MB batches: 15% faster at n = 16, 2-12% at 24-128; one 512x512 f64 matrix:
+    # 5.9 -> 3.2 ms).
     Route("cpu", L.lu_p, _cpu(sys.maxsize, static_shapes=True), R.lu_row_major),
     Route("cpu", L.qr_p, _unpivoted(_cpu(CPU_FUSED_QR_MAX)), R.qr),
     # ferrax's cholesky_p: what install() makes of jax's cholesky, and ferrax.linalg.cholesky.
     Route("cpu", P.cholesky_p, _cpu(CPU_FUSED_CHOLESKY_MAX), R.cholesky, on_import=True),
-    # ferrax's lu_solve_p: what install() makes of jax's lu_solve (jnp.linalg.solve's too).
-    Route("cpu", P.lu_solve_p, _cpu(CPU_FUSED_LU_SOLVE_MAX, static_shapes=True), R.lu_solve,
+    # ferrax's lu_solve_p: what install() makes of jax's lu_solve (jnp.linalg.solve's too), one
+    # ferrax_lu_solve call at every order where jax's rule makes an XLA gather and two
+    # triangular solves, each a pass over the batch (jnp.linalg.solve, 2 cores, ~4 MB batches,
+    # 1 or n right-hand sides: 1.1-3.3x faster at n = 32-256; one 1024x1024 system, 1 or 1024
+    # right-hand sides, getrf being ferrax's over all the threads: f64 17.2 -> 12.9 and
+    # 54 -> 32 ms, c128 50 -> 33 and 140 -> 113 ms).
+    Route("cpu", P.lu_solve_p, _cpu(sys.maxsize, static_shapes=True), R.lu_solve,
           on_import=True),
     Route("cpu", L.triangular_solve_p, ALWAYS, R.triangular_solve_transposed),
     Route("cpu", L.tridiagonal_solve_p, _perturb_singular, R.tridiagonal_solve_perturbed),

@@ -3,7 +3,7 @@
 
 use super::matrix::{InOut, Layout};
 use super::parallel::{
-    by_simd_groups, for_each_chunk, parallel_chunks, Pool, SharedMut, SIMD_GROUP,
+    by_simd_groups, for_each_chunk, parallel_chunks, parallel_for, Pool, SharedMut, SIMD_GROUP,
 };
 use super::underflow::GradualUnderflow;
 use super::vector_unit::simd_dispatch;
@@ -19,6 +19,9 @@ use ferrax_cpu_fallback::Getrf;
 use ferrax_kernels::scalar::{Real, Scalar};
 use ferrax_kernels::small::{getf2, simd};
 use std::mem::MaybeUninit;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// Up to this many rows and columns the matrices are factored in Rust, [`SIMD_GROUP`] at a
 /// time ([`simd::getf2`] compiled for the widest vector unit; [`getf2`] for the rest;
@@ -160,126 +163,206 @@ pub fn getrf<T: LapackScalar>(
     })
 }
 
-/// One matrix over the pool, in place in whatever layout it is (`strides`: between rows and
-/// between columns), right-looking by panels of [`PANEL`] columns: a panel copied out and
-/// factored by faer's LU on the calling thread, then, in column blocks, one task each, the
-/// row swaps, the solve for `U`'s rows and the trailing update of the other columns. A panel
-/// with a pivot faer cannot take ([`faer_getrf`]) leaves the matrix as it was, and LAPACK
-/// factors the trailing matrix from there, as its blocked `?getrf` would have.
+/// One matrix over the pool, in place in whatever layout it is, right-looking by panels of
+/// [`PANEL`] columns: a panel is copied out, factored by faer's LU and written back; then the
+/// other columns take its row swaps, and those right of it the solve for `U`'s rows and the
+/// trailing update, in column blocks, one task each. One task updates the next panel's
+/// columns first and factors that panel meanwhile (look-ahead), so the panels, a third of the
+/// time at 512, overlap the updates. A panel with a pivot faer cannot take
+/// ([`faer_getrf`]) leaves the matrix as it was, and LAPACK factors the trailing matrix from
+/// there, as its blocked `?getrf` would have.
 ///
 /// # Safety
-/// `a` points to the `rows × cols` matrix, which nothing else touches meanwhile.
+/// `a` points to the `rows × cols` matrix (`strides`: between rows and between columns),
+/// which nothing else touches meanwhile.
 unsafe fn pooled_getrf<T: LapackScalar>(
     pool: &dyn Pool,
     getrf: Getrf<T>,
     a: SharedMut<T>,
     [rows, cols]: [usize; 2],
-    [row_stride, col_stride]: [usize; 2],
+    strides: [usize; 2],
     ipiv: &mut [i32],
     info: &mut i32,
 ) -> Result<()> {
     let k = rows.min(cols);
-    let offset = |i: usize, j: usize| i * row_stride + j * col_stride;
-    // SAFETY (both): rows `r..r + h` of columns `c..c + w`, in the matrix.
-    let read = |r: usize, c: usize, h: usize, w: usize| unsafe {
-        MatRef::<T>::from_raw_parts(
-            a.at(offset(r, c)),
-            h,
-            w,
-            row_stride as isize,
-            col_stride as isize,
-        )
-    };
-    let write = |r: usize, c: usize, h: usize, w: usize| unsafe {
-        MatMut::<T>::from_raw_parts_mut(
-            a.at(offset(r, c)),
-            h,
-            w,
-            row_stride as isize,
-            col_stride as isize,
-        )
-    };
-    let mut rows_order = memory::vec_of(3 * rows, 0usize)?;
-    let mut panel = memory::vec_of(rows * PANEL, <T as Scalar>::ZERO)?;
-    let mut transpositions = [MaybeUninit::<usize>::uninit(); PANEL];
-    let mut start = 0;
+    let matrix = Strided { a, rows, strides };
+    let mut scratch = Mutex::new(PanelScratch {
+        panel: memory::vec_of(rows * PANEL, <T as Scalar>::ZERO)?,
+        rows_order: memory::vec_of(3 * rows, 0usize)?,
+    });
+    let (mut start, mut factored) = (0, true);
+    if k > 0 {
+        let scratch = scratch.get_mut().unwrap_or_else(|e| e.into_inner());
+        factored = matrix.factor_panel(0, PANEL.min(k), &mut ipiv[..PANEL.min(k)], scratch);
+    }
     while start < k {
-        let (width, height) = (PANEL.min(k - start), rows - start);
-        let panel = &mut panel[..height * width];
-        // Column-major, leading dimension `height`.
-        let mut staged = MatMut::from_column_major_slice_mut(panel, height, width);
-        staged.copy_from(read(start, start, height, width));
-        let stack = MemStack::new_any(&mut transpositions);
-        let pivots = &mut ipiv[start..start + width];
-        let factored = faer_getrf(panel, height, width, height, pivots, &mut rows_order, stack);
-        let pivots = if factored {
-            write(start, start, height, width)
-                .copy_from(MatRef::from_column_major_slice(panel, height, width));
-            pivots
-        } else {
-            let rest = cols - start;
-            let mut trailing = memory::vec_of(height * rest, <T as Scalar>::ZERO)?;
-            let mut staged = MatMut::from_column_major_slice_mut(&mut trailing, height, rest);
-            staged.copy_from(read(start, start, height, rest));
-            let (m, n) = (lapack_int("rows", height)?, lapack_int("columns", rest)?);
-            lapack_getrf(getrf, m, n, &mut trailing, height, &mut ipiv[start..], info);
-            let staged = MatRef::from_column_major_slice(&trailing, height, rest);
-            write(start, start, height, rest).copy_from(staged);
+        let width = PANEL.min(k - start);
+        let rest = &mut ipiv[start..];
+        if !factored {
+            let height = rows - start;
+            let rest_cols = cols - start;
+            let mut trailing = memory::vec_of(height * rest_cols, <T as Scalar>::ZERO)?;
+            let mut staged = MatMut::from_column_major_slice_mut(&mut trailing, height, rest_cols);
+            staged.copy_from(matrix.read(start, start, height, rest_cols));
+            let (m, n) = (
+                lapack_int("rows", height)?,
+                lapack_int("columns", rest_cols)?,
+            );
+            lapack_getrf(getrf, m, n, &mut trailing, height, rest, info);
+            let staged = MatRef::from_column_major_slice(&trailing, height, rest_cols);
+            matrix
+                .write(start, start, height, rest_cols)
+                .copy_from(staged);
             if *info > 0 {
                 *info += start as i32;
             }
-            &mut ipiv[start..]
-        };
+            rest.iter_mut().for_each(|p| *p += start as i32);
+            let pivots = &*rest;
+            return parallel_chunks(pool, start, PANEL / 2, &|range| {
+                matrix.swap_rows(range, start, pivots);
+                Ok(())
+            });
+        }
+        let (pivots, later) = rest.split_at_mut(width);
         pivots.iter_mut().for_each(|p| *p += start as i32);
         let pivots = &*pivots;
-        // Columns left of the panel take its swaps; those right of it (after faer's panel
-        // only) also the solve with its unit lower triangle and the update of the rows below.
-        let right = if factored { cols - start - width } else { 0 };
-        let below = start + width;
-        parallel_chunks(pool, start + right, PANEL / 2, &|range| {
-            let column = |c: usize| if c < start { c } else { c + width };
-            let swap = |c: usize, i: usize, p: i32| {
-                // SAFETY: both elements are in column c, which is this task's alone.
-                unsafe {
-                    std::ptr::swap(a.at(offset(start + i, c)), a.at(offset(p as usize - 1, c)))
+        let next = start + width;
+        let next_width = PANEL.min(k - next.min(k));
+        let next_pivots = Mutex::new(&mut later[..next_width]);
+        let next_factored = AtomicBool::new(true);
+        // Task 0: the next panel's columns, then that panel. The others: the columns left of
+        // this panel (swaps only) and those right of the next, in chunks.
+        let others = start + cols - next - next_width;
+        let chunk = others.div_ceil(pool.threads().max(1) * 4).max(PANEL / 2);
+        let column = |c: usize| if c < start { c } else { c + width + next_width };
+        parallel_for(pool, 1 + others.div_ceil(chunk), &|task| {
+            if task == 0 {
+                matrix.update(next..next + next_width, start, width, pivots);
+                if next_width > 0 {
+                    let mut scratch = scratch.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut next_pivots = next_pivots.lock().unwrap_or_else(|e| e.into_inner());
+                    let factored =
+                        matrix.factor_panel(next, next_width, &mut next_pivots, &mut scratch);
+                    next_factored.store(factored, Ordering::Relaxed);
                 }
-            };
-            // Along the matrix's memory: row by row where a row's elements are adjacent.
-            if col_stride < row_stride {
-                for (i, &p) in pivots.iter().enumerate() {
-                    range.clone().for_each(|c| swap(column(c), i, p));
-                }
-            } else {
-                for c in range.clone() {
-                    pivots
-                        .iter()
-                        .enumerate()
-                        .for_each(|(i, &p)| swap(column(c), i, p));
-                }
+                return Ok(());
             }
-            let ours = range.start.max(start)..range.end;
-            if !ours.is_empty() {
-                let (c0, w) = (column(ours.start), ours.len());
-                let lower = read(start, start, width, width);
-                solve_unit_lower_triangular_in_place(lower, write(start, c0, width, w), Par::Seq);
-                matmul(
-                    write(below, c0, rows - below, w),
-                    Accum::Add,
-                    read(below, start, rows - below, width),
-                    read(start, c0, width, w),
-                    -<T as Scalar>::ONE,
-                    Par::Seq,
+            let range = (task - 1) * chunk..(task * chunk).min(others);
+            let left = range.start..range.end.min(start);
+            matrix.swap_rows(left, start, pivots);
+            let right = range.start.max(start)..range.end;
+            if !right.is_empty() {
+                matrix.update(
+                    column(right.start)..column(right.end - 1) + 1,
+                    start,
+                    width,
+                    pivots,
                 );
             }
             Ok(())
         })?;
-        if !factored {
-            return Ok(());
-        }
-        start += width;
+        factored = next_factored.load(Ordering::Relaxed);
+        start = next;
     }
     *info = 0;
     Ok(())
+}
+
+/// [`pooled_getrf`]'s matrix: rows and columns `strides` apart.
+struct Strided<T> {
+    a: SharedMut<T>,
+    rows: usize,
+    strides: [usize; 2],
+}
+
+/// [`Strided::factor_panel`]'s scratch: the panel, column-major, and faer's row orders.
+struct PanelScratch<T> {
+    panel: Vec<T>,
+    rows_order: Vec<usize>,
+}
+
+impl<T: LapackScalar> Strided<T> {
+    fn offset(&self, i: usize, j: usize) -> usize {
+        i * self.strides[0] + j * self.strides[1]
+    }
+
+    /// Rows `r..r + h` of columns `c..c + w`, which nothing writes while the view lives.
+    fn read(&self, r: usize, c: usize, h: usize, w: usize) -> MatRef<'_, T> {
+        let [rs, cs] = self.strides.map(|s| s as isize);
+        // SAFETY: in the matrix (the caller's word for the block).
+        unsafe { MatRef::from_raw_parts(self.a.at(self.offset(r, c)), h, w, rs, cs) }
+    }
+
+    /// Rows `r..r + h` of columns `c..c + w`, which only this view touches while it lives.
+    #[allow(clippy::mut_from_ref)] // blocks of the shared matrix, each its task's own
+    fn write(&self, r: usize, c: usize, h: usize, w: usize) -> MatMut<'_, T> {
+        let [rs, cs] = self.strides.map(|s| s as isize);
+        // SAFETY: as `read`.
+        unsafe { MatMut::from_raw_parts_mut(self.a.at(self.offset(r, c)), h, w, rs, cs) }
+    }
+
+    /// Factors rows `start..` of columns `start..start + width` (a copy of them, written back
+    /// where faer could take every pivot): `pivots` gets the panel's own 0-based ones, + 1.
+    fn factor_panel(
+        &self,
+        start: usize,
+        width: usize,
+        pivots: &mut [i32],
+        scratch: &mut PanelScratch<T>,
+    ) -> bool {
+        let height = self.rows - start;
+        let panel = &mut scratch.panel[..height * width];
+        let mut staged = MatMut::from_column_major_slice_mut(panel, height, width);
+        staged.copy_from(self.read(start, start, height, width));
+        let mut transpositions = [MaybeUninit::<usize>::uninit(); PANEL];
+        let stack = MemStack::new_any(&mut transpositions);
+        let rows_order = &mut scratch.rows_order;
+        if !faer_getrf(panel, height, width, height, pivots, rows_order, stack) {
+            return false;
+        }
+        let staged = MatRef::from_column_major_slice(panel, height, width);
+        self.write(start, start, height, width).copy_from(staged);
+        true
+    }
+
+    /// Swaps rows `start + i` and `pivots[i] - 1` (1-based, whole-matrix) in `columns`.
+    fn swap_rows(&self, columns: Range<usize>, start: usize, pivots: &[i32]) {
+        let swap = |c: usize, i: usize, p: i32| {
+            let (x, y) = (self.offset(start + i, c), self.offset(p as usize - 1, c));
+            // SAFETY: both elements are in column c, the caller's to write.
+            unsafe { std::ptr::swap(self.a.at(x), self.a.at(y)) }
+        };
+        // Along the matrix's memory: row by row where a row's elements are adjacent.
+        if self.strides[1] < self.strides[0] {
+            for (i, &p) in pivots.iter().enumerate() {
+                columns.clone().for_each(|c| swap(c, i, p));
+            }
+        } else {
+            for c in columns {
+                pivots.iter().enumerate().for_each(|(i, &p)| swap(c, i, p));
+            }
+        }
+    }
+
+    /// Columns `columns`, right of the factored panel of `width` columns from `start`: its
+    /// swaps, the solve with its unit lower triangle for `U`'s rows, the update below.
+    fn update(&self, columns: Range<usize>, start: usize, width: usize, pivots: &[i32]) {
+        if columns.is_empty() {
+            return;
+        }
+        self.swap_rows(columns.clone(), start, pivots);
+        let (c, w, below) = (columns.start, columns.len(), start + width);
+        let lower = self.read(start, start, width, width);
+        solve_unit_lower_triangular_in_place(lower, self.write(start, c, width, w), Par::Seq);
+        matmul(
+            self.write(below, c, self.rows - below, w),
+            Accum::Add,
+            self.read(below, start, self.rows - below, width),
+            self.read(start, c, width, w),
+            -<T as Scalar>::ONE,
+            Par::Seq,
+        );
+    }
 }
 
 fn lapack_getrf<T>(
