@@ -1,7 +1,7 @@
 """jax's ``cholesky`` on the CPU as one ``ferrax_cholesky`` call (``ferrax.linalg.cholesky``,
 what ``ferrax.install()`` makes of ``jax.lax.linalg.cholesky``): symmetrization, the factor
 and jax's NaN-below-zeros result for failures, against stock jax on both sides of the
-Rust / faer / LAPACK hand-overs (16, 96) and of the fused / jax-steps one (128);
+Rust / faer / LAPACK hand-overs (16, 96) and of the one to a matrix over all the threads;
 differentiation, vmap, jax.scipy and export through it.
 """
 
@@ -15,7 +15,6 @@ import pytest
 from jax import export
 
 import ferrax
-from ferrax import _install
 from helpers import assert_matches_stock
 
 FUSED = "ferrax_cholesky"
@@ -55,9 +54,7 @@ def test_matches_stock(n, symmetrize, dtype, random_matrix, assert_close):
     a[1, n // 2, n // 2] = -1  # fails at or before pivot n // 2
     a[2, n - 1, n - 1] = -n * 1e3  # fails at the last pivot
     fn = lambda a: jax.lax.linalg.cholesky(a, symmetrize_input=symmetrize)
-    fused = n <= _install.CPU_FUSED_CHOLESKY_MAX
-    stock, ours = _stock_then_installed(fn, a, fused=fused,
-                                        target=FUSED if fused else "ferrax_potrf")
+    stock, ours = _stock_then_installed(fn, a, fused=True)
     # jax's failure result: NaN on and below the diagonal, zeros above.
     lower = np.tril(np.ones((n, n), bool))
     for b in (1, 2):
@@ -69,6 +66,41 @@ def test_matches_stock(n, symmetrize, dtype, random_matrix, assert_close):
         h = np.tril(a) + np.conj(np.swapaxes(np.tril(a, -1), -1, -2))
     l = ours[3:]
     assert_close(l @ np.conj(np.swapaxes(l, -1, -2)), h[3:].astype(dtype), dtype,
+                 kind="reconstruct")
+
+
+@pytest.mark.parametrize("case", ["regular", "fails", "nan", "inf_last"])
+@pytest.mark.parametrize("batch, n", [(1, 128), (1, 200), (2, 300)], ids=str)
+def test_one_matrix_over_the_threads(batch, n, case, dtype, random_matrix, assert_close):
+    """From 128 with fewer matrices than threads, and past 256 always, each matrix over the
+    pool by steps of 64 columns (faer's Cholesky of the diagonal block, then the solve below it
+    and the update right of it in blocks, one task each). A pivot that is not positive in the
+    third step, a NaN, or an infinite last pivot (faer stops, LAPACK factors on from the start)
+    give stock jax's result (OpenBLAS's potrf does not test for NaN: NaN in the rows it
+    reaches, ferrax's wherever stock's)."""
+    a = _positive_definite(random_matrix, (batch, n, n), dtype)
+    if case == "fails":
+        a[0, 150 % n, 150 % n] = -n * 1e3
+    elif case == "nan":
+        a[0, 100, 70] = np.nan
+    elif case == "inf_last":
+        a[0, n - 1, n - 1] = np.inf
+    stock, ours = _stock_then_installed(jnp.linalg.cholesky, a, fused=True)
+    lower = np.tril(np.ones((n, n), bool))
+    if case == "fails":
+        assert np.isnan(ours[0][lower]).all() and (ours[0][~lower] == 0).all()
+        assert np.isnan(stock[0][lower]).all()
+    if case == "nan":
+        assert np.isnan(ours[0][np.isnan(stock[0])]).all() and np.isnan(stock[0]).any()
+    if case == "inf_last":
+        assert np.isinf(ours[0, n - 1, n - 1]) and np.isfinite(ours[0, :n - 1]).all()
+    compared = slice(1 if case == "nan" else 0, batch)
+    assert_matches_stock(ours[compared], stock[compared], TOL[dtype])
+    good = slice(0 if case == "regular" else 1, batch)
+    h = (a[good] + np.conj(np.swapaxes(a[good], -1, -2))) / 2
+    l = ours[good]
+    assert (np.triu(l, 1) == 0).all()
+    assert_close(l @ np.conj(np.swapaxes(l, -1, -2)), h.astype(dtype), dtype,
                  kind="reconstruct")
 
 

@@ -70,8 +70,7 @@ def _hermitian_positive_definite(random_matrix, shape, dtype):
 
 
 #: jax's cholesky without symmetrization, as ferrax.install() lowers it (one ferrax_cholesky
-#: call, row-major, LAPACK's upper factor) and its primitive alone (ferrax_potrf, as for
-#: matrices past CPU_FUSED_CHOLESKY_MAX).
+#: call, row-major, LAPACK's upper factor) and its primitive alone (ferrax_potrf).
 _CHOLESKY_ROUTES = {
     "ferrax_cholesky": lambda a: jax.lax.linalg.cholesky(a, symmetrize_input=False),
     "ferrax_potrf": lambda a: jnp.tril(lax_linalg.cholesky_p.bind(a)),

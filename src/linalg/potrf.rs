@@ -3,7 +3,9 @@
 
 use super::flags::Uplo;
 use super::matrix::InOut;
-use super::parallel::{by_simd_groups, for_each_chunk, Pool, SharedMut, SIMD_GROUP};
+use super::parallel::{
+    by_simd_groups, for_each_chunk, parallel_chunks, Pool, SharedMut, SIMD_GROUP,
+};
 use super::underflow::GradualUnderflow;
 use super::vector_unit::simd_dispatch;
 use super::{lapack_int, routine, LapackScalar};
@@ -11,12 +13,17 @@ use crate::error::{Error, Result};
 use crate::memory;
 use faer::dyn_stack::MemStack;
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
-use faer::{MatMut, Par};
+use faer::linalg::matmul::matmul_with_conj;
+use faer::linalg::matmul::triangular::{self, BlockStructure};
+use faer::linalg::triangular_solve::solve_lower_triangular_in_place_with_conj;
+use faer::prelude::{Reborrow, ReborrowMut};
+use faer::{Accum, Conj, MatMut, MatRef, Par};
 use ferrax_cpu_fallback::Potrf;
 use ferrax_kernels::scalar::{Real, Scalar};
 use ferrax_kernels::small::potf2;
 use ferrax_kernels::small::simd::{self, LANES};
 use std::ffi::c_char;
+use std::ops::Range;
 
 /// Up to this order the matrices are factored in Rust, [`SIMD_GROUP`] at a time
 /// ([`simd::potf2`]; [`potf2`] for the rest): there one OpenBLAS call costs more than the
@@ -29,6 +36,14 @@ pub const SMALL_MAX: usize = 16;
 /// ~2 MB batches, against OpenBLAS's `?potrf`: f64 0.68 (n = 17) to 0.75 (64-96) the time,
 /// c128 0.7-0.8 (0.45 at 48-64); at 128 f64 1.15, c128 1.0.
 const FAER_MAX: usize = 96;
+
+/// From this order with fewer matrices than threads, and past 256 always, jax's `cholesky`
+/// factors each matrix over the whole pool ([`pooled_cholesky`]), one after the other, where
+/// OpenBLAS's `?potrf` keeps to one core inside jax's process.
+const POOLED_MIN: usize = 128;
+
+/// Columns per step of [`pooled_cholesky`].
+const PANEL: usize = 64;
 
 /// Factors every `n × n` matrix of `a` into `a.output`, in its `uplo` triangle (the other
 /// keeps the input), with LAPACK's `info` per matrix (`i > 0`: the leading minor of order `i`
@@ -89,7 +104,125 @@ pub fn cholesky<T: LapackScalar>(
     if n > SMALL_MAX && n <= FAER_MAX {
         return faer_cholesky(pool, fused, count, &done);
     }
+    if n > 256 || (n >= POOLED_MIN && count < pool.threads()) {
+        let potrf = routine(T::potrf())?;
+        for b in 0..count {
+            // SAFETY: the matrices are factored one after the other, each over the pool.
+            let status = unsafe { pooled_cholesky(pool, potrf, fused, b)? };
+            done(b, status);
+        }
+        return Ok(());
+    }
     factor_batch(pool, count, n, false, fused, &done)
+}
+
+/// Matrix `b` of [`cholesky`] over the pool, in place in the row-major result, right-looking
+/// by steps of [`PANEL`] columns: the diagonal block (a column-major copy) by faer's
+/// Cholesky on the calling thread, then in row blocks the solve for the columns below it, and
+/// in column blocks the update of the lower triangle right of them, one task each. Where faer
+/// stops (a pivot not positive, or not finite), LAPACK factors the matrix from the start, as
+/// [`factor_batch`] does (it goes on past an infinite pivot). Its `info`.
+///
+/// # Safety
+/// Matrix `b` of the result belongs to this call alone.
+unsafe fn pooled_cholesky<T: LapackScalar>(
+    pool: &dyn Pool,
+    potrf: Potrf<T>,
+    fused: FusedCholesky<T>,
+    b: usize,
+) -> Result<i32> {
+    let n = fused.n;
+    let (x, out) = (
+        &fused.x[b * n * n..(b + 1) * n * n],
+        fused.out.at(b * n * n),
+    );
+    let out = SharedMut(out);
+    parallel_chunks(pool, n, PANEL, &|rows| {
+        lower_triangle(
+            x,
+            out.slice(rows.start * n, rows.len() * n),
+            n,
+            rows,
+            fused.symmetrize,
+        );
+        Ok(())
+    })?;
+    // SAFETY (both): rows `r..r + h` of columns `c..c + w` of the matrix.
+    let read = |r: usize, c: usize, h: usize, w: usize| unsafe {
+        MatRef::<T>::from_raw_parts(out.at(r * n + c), h, w, n as isize, 1)
+    };
+    let write = |r: usize, c: usize, h: usize, w: usize| unsafe {
+        MatMut::<T>::from_raw_parts_mut(out.at(r * n + c), h, w, n as isize, 1)
+    };
+    let request = cholesky_in_place_scratch::<T>(PANEL, Par::Seq, Default::default());
+    let mut scratch = memory::faer_scratch(request, "cholesky")?;
+    let mut diagonal = memory::vec_of(PANEL * PANEL, <T as Scalar>::ZERO)?;
+    let _gradual = GradualUnderflow::new();
+    for start in (0..n).step_by(PANEL) {
+        let width = PANEL.min(n - start);
+        let below = start + width;
+        let diagonal = &mut diagonal[..width * width];
+        let mut block = MatMut::from_column_major_slice_mut(diagonal, width, width);
+        block.copy_from_triangular_lower(read(start, start, width, width));
+        let stack = MemStack::new(&mut scratch);
+        let factored = cholesky_in_place(
+            block.rb_mut(),
+            Default::default(),
+            Par::Seq,
+            stack,
+            Default::default(),
+        );
+        if factored.is_err() {
+            let whole = out.slice(0, n * n);
+            lower_triangle(x, whole, n, 0..n, fused.symmetrize);
+            let order = lapack_int("order", n)?;
+            return Ok(lapack_potrf(potrf, b'U' as c_char, order, whole, n));
+        }
+        write(start, start, width, width).copy_from_triangular_lower(block.rb());
+        let lower = block.rb();
+        // The columns below: X = A21·L11⁻ᴴ, that is conj(L11)·Xᵀ = A21ᵀ, in row blocks.
+        parallel_chunks(pool, n - below, PANEL / 2, &|rows| {
+            let _gradual = GradualUnderflow::new();
+            let block = write(below + rows.start, start, rows.len(), width);
+            solve_lower_triangular_in_place_with_conj(
+                lower,
+                Conj::Yes,
+                block.transpose_mut(),
+                Par::Seq,
+            );
+            Ok(())
+        })?;
+        // The lower triangle right of them: A22 -= X·Xᴴ, in column blocks.
+        parallel_chunks(pool, n - below, PANEL / 2, &|columns| {
+            let (c, w) = (below + columns.start, columns.len());
+            let x_rows = |r: usize, h: usize| read(r, start, h, width);
+            triangular::matmul_with_conj(
+                write(c, c, w, w),
+                BlockStructure::TriangularLower,
+                Accum::Add,
+                x_rows(c, w),
+                BlockStructure::Rectangular,
+                Conj::No,
+                x_rows(c, w).transpose(),
+                BlockStructure::Rectangular,
+                Conj::Yes,
+                -<T as Scalar>::ONE,
+                Par::Seq,
+            );
+            matmul_with_conj(
+                write(c + w, c, n - c - w, w),
+                Accum::Add,
+                x_rows(c + w, n - c - w),
+                Conj::No,
+                x_rows(c, w).transpose(),
+                Conj::Yes,
+                -<T as Scalar>::ONE,
+                Par::Seq,
+            );
+            Ok(())
+        })?;
+    }
+    Ok(0)
 }
 
 /// [`cholesky`] by faer's Cholesky on the column-major lower triangle, where its kernels run
@@ -127,7 +260,7 @@ fn faer_cholesky<T: LapackScalar>(
                 upper_to_lower(out, n);
                 done(b, 0);
             } else {
-                lower_triangle(x, out, n, fused.symmetrize);
+                lower_triangle(x, out, n, 0..n, fused.symmetrize);
                 done(b, lapack_potrf(potrf, b'U' as c_char, order, out, n));
             }
         }
@@ -207,6 +340,7 @@ impl<T: LapackScalar> FusedCholesky<'_, T> {
             &self.x[b * len..(b + 1) * len],
             out,
             self.n,
+            0..self.n,
             self.symmetrize,
         );
         out
@@ -301,10 +435,16 @@ fn lapack_potrf<T>(potrf: Potrf<T>, uplo: c_char, n: i32, a: &mut [T], ld: usize
     info
 }
 
-/// Writes the lower triangle of `(x + xᴴ)/2` (or of `x`) to `out` and zeros above it, both
-/// row-major `n×n`: jax's `symmetrize`, element for element.
-fn lower_triangle<T: LapackScalar>(x: &[T], out: &mut [T], n: usize, symmetrize: bool) {
-    for (i, row) in out.chunks_exact_mut(n).enumerate() {
+/// Writes rows `rows` of the lower triangle of `(x + xᴴ)/2` (or of `x`) to `out` (those rows)
+/// and zeros above it, both row-major `n×n`: jax's `symmetrize`, element for element.
+fn lower_triangle<T: LapackScalar>(
+    x: &[T],
+    out: &mut [T],
+    n: usize,
+    rows: Range<usize>,
+    symmetrize: bool,
+) {
+    for (i, row) in rows.zip(out.chunks_exact_mut(n)) {
         let (lower, upper) = row.split_at_mut(i + 1);
         for (j, element) in lower.iter_mut().enumerate() {
             *element = input(x, n, [i, j], symmetrize);
