@@ -224,10 +224,6 @@ def _threefry_kernel_asked(ctx):
 
 # ---- The routing table. ----
 
-#: Up to this order the CPU qr (without pivoting) is one ferrax_qr call (jnp.linalg.qr,
-#: 2 cores, ~4 MB batches: 8.0-8.9 -> ~5 ms at n = 16-64).
-CPU_FUSED_QR_MAX = 128
-
 
 class Route(NamedTuple):
     """On ``platform``, ``primitive`` lowers by ``ferrax`` where ``when(ctx, **params)`` holds
@@ -253,7 +249,12 @@ ROUTES = [  # Route(platform, primitive, ferrax where (else jax's rule), ferrax'
     # cores, ~4 MB batches: 15% faster at n = 16, 2-12% at 24-128; one 512x512 f64 matrix:
     # 5.9 -> 3.2 ms).
     Route("cpu", L.lu_p, _cpu(sys.maxsize, static_shapes=True), R.lu_row_major),
-    Route("cpu", L.qr_p, _unpivoted(_cpu(CPU_FUSED_QR_MAX)), R.qr),
+    # One ferrax_qr call at every order (without pivoting), where jax's rule makes geqrf,
+    # householder_product and XLA passes (jnp.linalg.qr, 2 cores, ~4 MB batches: 8.0-8.9 ->
+    # ~5 ms at n = 16-64, 8x256 f64 12.8 -> 10.9 ms); from order 128 with fewer matrices than
+    # threads (from 257 always) each matrix is factored over all the threads (one 512x512:
+    # f64 ~16 -> ~11 ms, c128 ~30 -> ~21 ms).
+    Route("cpu", L.qr_p, _unpivoted(_cpu(sys.maxsize)), R.qr),
     # ferrax's cholesky_p: what install() makes of jax's cholesky, and ferrax.linalg.cholesky:
     # one ferrax_cholesky call at every order, where jax's rule makes an XLA pass over the batch
     # for each step (symmetrize, factor, NaN where it fails, tril), and from order 128 with

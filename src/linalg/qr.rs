@@ -4,14 +4,22 @@
 
 use super::flags::{Flag, Side, Trans};
 use super::matrix::{Batch, InOut};
-use super::parallel::{for_each_chunk, for_each_parallel, Pool, SharedMut};
+use super::parallel::{
+    for_each_chunk, for_each_parallel, parallel_chunks, parallel_for, Pool, SharedMut,
+};
 use super::{lapack_int, query_lwork, routine, LapackScalar};
 use crate::error::{Error, Result};
 use crate::memory;
-use ferrax_cpu_fallback::{ComplexLapack, Geqp3Complex, Geqp3Real, Real, RealLapack};
+use faer::linalg::matmul::matmul;
+use faer::linalg::matmul::triangular::{self, BlockStructure};
+use faer::{Accum, Conj, MatMut, MatRef, Par};
+use ferrax_cpu_fallback::{
+    single_threaded, ComplexLapack, Geqp3Complex, Geqp3Real, Geqrf, Real, RealLapack,
+};
 use ferrax_kernels::small::qr as small_qr;
 use num_complex::Complex;
 use std::ffi::c_char;
+use std::ops::Range;
 
 /// Up to this many rows and columns geqrf and orgqr run in Rust ([`small_qr::geqr2`],
 /// [`small_qr::org2r`]: LAPACK's unblocked algorithms and formats, as ferrax's GPU kernels
@@ -25,6 +33,15 @@ pub const SMALL_MAX: usize = 16;
 /// 2 threads: f32 0.65× → 1.04× of stock jaxlib, f64 0.68× → 1.34×, c128 1.30× → 1.68×; at
 /// 128 the blocked path is ahead again).
 const ORMQR_UNBLOCKED_MAX: usize = 64;
+
+/// From this order with fewer matrices than threads, and past 256 always, jax's `qr` factors
+/// each matrix over the whole pool ([`pooled_qr`]), one after the other: inside jax's process
+/// OpenBLAS's own threads contend with XLA's there (one 512×512 f64 matrix took longer on two
+/// cores than on one).
+const POOLED_MIN: usize = 128;
+
+/// Reflectors per block of [`pooled_qr`].
+const PANEL: usize = 64;
 
 /// The routines here return `info < 0` only for an invalid argument, which the callers' checks
 /// rule out: such a failure is a bug here, not a property of the input.
@@ -499,6 +516,15 @@ pub fn qr<T: LapackScalar>(
         return Ok(());
     }
     let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
+    let order = rows.max(cols);
+    if k > 0 && order >= POOLED_MIN && (order > 256 || count < pool.threads()) {
+        let geqrf = routine(T::geqrf())?;
+        for b in 0..count {
+            // SAFETY: the matrices are factored one after the other, each over the pool.
+            unsafe { pooled_qr(pool, geqrf, [&a, &q, &r], b)? };
+        }
+        return Ok(());
+    }
     let (mq, reflectors) = (
         lapack_int("columns of Q", q_cols)?,
         lapack_int("reflectors", k)?,
@@ -606,4 +632,278 @@ pub fn qr<T: LapackScalar>(
         }
         Ok(())
     })
+}
+
+/// Matrix `b` of [`qr`] over the pool, by LAPACK's blocked Householder QR: a block of
+/// [`PANEL`] columns by `?geqrf` ([`Reflectors::factor`]), then `Qᴴ` applied to the columns
+/// right of it in column blocks, one task each; one task updates the next block's columns
+/// first and factors that block meanwhile (look-ahead). Then `R` and `Q` written to the
+/// results in column blocks, each of Q's applying the blocks of reflectors, last to first, to
+/// its columns of the identity (from a block's first row and column on, as `?orgqr`).
+///
+/// # Safety
+/// Matrix `b` of `q` and `r` belongs to this call alone; nothing writes `a`'s.
+unsafe fn pooled_qr<T: LapackScalar>(
+    pool: &dyn Pool,
+    geqrf: Geqrf<T>,
+    [a, q, r]: [&Batch<T>; 3],
+    b: usize,
+) -> Result<()> {
+    let (rows, cols, q_cols) = (a.rows(), a.cols(), q.cols());
+    let k = rows.min(cols);
+    let mut w = memory::vec_of(memory::product("QR", &[rows, cols])?, T::ZERO)?;
+    let (mut v, mut t) = (
+        memory::vec_of(rows * k, T::ZERO)?,
+        memory::vec_of(PANEL * k, T::ZERO)?,
+    );
+    let mut tau = memory::vec_of(k, T::ZERO)?;
+    let reflectors = Reflectors {
+        geqrf,
+        rows,
+        k,
+        w: SharedMut(w.as_mut_ptr()),
+        v: SharedMut(v.as_mut_ptr()),
+        t: SharedMut(t.as_mut_ptr()),
+        tau: SharedMut(tau.as_mut_ptr()),
+    };
+    let source = (a.strides(), SharedMut(a.matrix(b)));
+    parallel_chunks(pool, cols, PANEL, &|columns| {
+        let [row_stride, col_stride] = source.0;
+        let (j, width) = (columns.start, columns.len());
+        // SAFETY: this task's columns of the argument, which nothing writes, and of `w`.
+        unsafe {
+            let at = source.1.at(j * col_stride);
+            let from =
+                MatRef::from_raw_parts(at, rows, width, row_stride as isize, col_stride as isize);
+            reflectors.w_block(0, j, rows, width).copy_from(from);
+        }
+        Ok(())
+    })?;
+    let width = PANEL.min(k);
+    // SAFETY (each factor and update): the blocks of this step, as `Reflectors` says.
+    unsafe { reflectors.factor(0, width)? };
+    let mut start = 0;
+    while start < k {
+        let width = PANEL.min(k - start);
+        let next = start + width;
+        let next_width = PANEL.min(k - next.min(k));
+        // Task 0: the next block's columns, then that block. The others: the columns right
+        // of it, in chunks.
+        let others = cols - next - next_width;
+        let chunk = others.div_ceil(pool.threads().max(1) * 4).max(PANEL / 2);
+        parallel_for(pool, 1 + others.div_ceil(chunk), &|task| unsafe {
+            if task == 0 {
+                reflectors.update(start, next..next + next_width)?;
+                return if next_width > 0 {
+                    reflectors.factor(next, next_width)
+                } else {
+                    Ok(())
+                };
+            }
+            let first = next + next_width + (task - 1) * chunk;
+            reflectors.update(start, first..(first + chunk).min(cols))
+        })?;
+        start = next;
+    }
+    let ([row_stride, col_stride], first) = (r.strides(), SharedMut(r.matrix(b)));
+    parallel_chunks(pool, cols, PANEL, &|columns| {
+        for j in columns {
+            // SAFETY: column j of matrix `b` of `r`, this task's alone, and of `w`.
+            unsafe {
+                for i in 0..q_cols {
+                    let element = if i <= j {
+                        *reflectors.w.at(j * rows + i)
+                    } else {
+                        T::ZERO
+                    };
+                    *first.at(i * row_stride + j * col_stride) = element;
+                }
+            }
+        }
+        Ok(())
+    })?;
+    let ([row_stride, col_stride], first) = (q.strides(), SharedMut(q.matrix(b)));
+    parallel_chunks(pool, q_cols, PANEL, &|chunk| {
+        // The last columns first: they take the most reflectors.
+        let columns = q_cols - chunk.end..q_cols - chunk.start;
+        // SAFETY (all): rows `i..` of this task's columns from `j` of matrix `b` of `q`.
+        let block = |i: usize, j: usize| unsafe {
+            let at = first.at(i * row_stride + j * col_stride);
+            let shape = (rows - i, columns.end - j);
+            MatMut::from_raw_parts_mut(
+                at,
+                shape.0,
+                shape.1,
+                row_stride as isize,
+                col_stride as isize,
+            )
+        };
+        let mut identity = block(0, columns.start);
+        identity.fill(T::ZERO);
+        for c in columns.clone() {
+            identity[(c, c - columns.start)] = T::ONE;
+        }
+        for start in (0..k).step_by(PANEL).rev() {
+            let j = columns.start.max(start);
+            if j < columns.end {
+                // SAFETY: the reflectors are all written.
+                let (basis, factor) = unsafe { reflectors.block(start) };
+                reflect(basis, factor, block(start, j), false)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// [`pooled_qr`]'s working matrices: the matrix being factored (`w`, column-major, `rows`
+/// apart), its reflectors written out (`v`: unit diagonal, zeros above, as `w`), each block's
+/// triangular factor (`t`: [`PANEL`] rows, the block's columns) and the taus. A block's
+/// `factor` writes its columns of all four, which nothing else touches meanwhile; an
+/// `update` with a block reads that block's and writes its columns of `w`.
+struct Reflectors<T> {
+    geqrf: Geqrf<T>,
+    rows: usize,
+    k: usize,
+    w: SharedMut<T>,
+    v: SharedMut<T>,
+    t: SharedMut<T>,
+    tau: SharedMut<T>,
+}
+
+impl<T: LapackScalar> Reflectors<T> {
+    /// Rows `i..i + h` of columns `j..j + w` of `w`.
+    #[allow(clippy::mut_from_ref)] // blocks of the shared matrix, each its task's own
+    unsafe fn w_block(&self, i: usize, j: usize, h: usize, w: usize) -> MatMut<'_, T> {
+        MatMut::from_raw_parts_mut(self.w.at(j * self.rows + i), h, w, 1, self.rows as isize)
+    }
+
+    /// The reflectors of the block from column `start` (rows `start..`) and its factor.
+    unsafe fn block(&self, start: usize) -> (MatRef<'_, T>, MatRef<'_, T>) {
+        let (width, height) = (PANEL.min(self.k - start), self.rows - start);
+        let at = self.v.at(start * self.rows + start);
+        let basis = MatRef::from_raw_parts(at, height, width, 1, self.rows as isize);
+        let at = self.t.at(start * PANEL);
+        (
+            basis,
+            MatRef::from_raw_parts(at, width, width, 1, PANEL as isize),
+        )
+    }
+
+    /// Factors the block of `width` columns from `start` (rows `start..`) by `?geqrf` on the
+    /// calling thread (OpenBLAS kept to it), writes its reflectors out and their factor.
+    unsafe fn factor(&self, start: usize, width: usize) -> Result<()> {
+        let height = self.rows - start;
+        let (m, n) = (lapack_int("rows", height)?, lapack_int("columns", width)?);
+        let ld = lapack_int("rows", self.rows)?;
+        let (geqrf, panel) = (self.geqrf, self.w.at(start * self.rows + start));
+        let tau = self.tau.at(start);
+        let lwork = query_lwork::<T>(|work, lwork, info| {
+            geqrf(&m, &n, panel, &ld, tau, work, lwork, info)
+        })?;
+        let mut work = memory::vec_of(lwork as usize, T::ZERO)?;
+        let mut info = 0;
+        single_threaded(|| {
+            geqrf(
+                &m,
+                &n,
+                panel,
+                &ld,
+                tau,
+                work.as_mut_ptr(),
+                &lwork,
+                &mut info,
+            )
+        });
+        check_info("geqrf", info)?;
+        for j in 0..width {
+            let column = (start + j) * self.rows + start;
+            // Rows `start..` of the reflector: zeros above its unit diagonal (as allocated).
+            let reflector = self.v.slice(column, height);
+            reflector[j] = T::ONE;
+            reflector[j + 1..].copy_from_slice(self.w.slice(column + j + 1, height - j - 1));
+        }
+        let (basis, _) = self.block(start);
+        let factor =
+            MatMut::from_raw_parts_mut(self.t.at(start * PANEL), width, width, 1, PANEL as isize);
+        block_factor(basis, std::slice::from_raw_parts(tau, width), factor)
+    }
+
+    /// Applies the conjugate transpose of the block from `start` to rows `start..` of
+    /// `columns` of `w`.
+    unsafe fn update(&self, start: usize, columns: Range<usize>) -> Result<()> {
+        if columns.is_empty() {
+            return Ok(());
+        }
+        let (basis, factor) = self.block(start);
+        let block = self.w_block(start, columns.start, self.rows - start, columns.len());
+        reflect(basis, factor, block, true)
+    }
+}
+
+/// LAPACK's `?larft` (forward, by columns): the upper triangular `T` with
+/// `H₁·H₂⋯H_w = I − V·T·Vᴴ`, `Hᵢ = I − τᵢ·vᵢ·vᵢᴴ`, from the reflectors `V` (unit diagonal,
+/// zeros above) and their taus: `T[..i, i] = −τᵢ·T[..i, ..i]·(V[:, ..i]ᴴ·vᵢ)`.
+fn block_factor<T: LapackScalar>(v: MatRef<'_, T>, tau: &[T], mut t: MatMut<'_, T>) -> Result<()> {
+    let width = tau.len();
+    let mut gram = memory::vec_of(width * width, T::ZERO)?;
+    let mut gram = MatMut::from_column_major_slice_mut(&mut gram, width, width);
+    matmul(
+        gram.as_mut(),
+        Accum::Replace,
+        v.adjoint(),
+        v,
+        T::ONE,
+        Par::Seq,
+    );
+    t.fill(T::ZERO);
+    for i in 0..width {
+        for row in 0..i {
+            let sum = (row..i).fold(T::ZERO, |sum, l| sum + t[(row, l)] * gram[(l, i)]);
+            t[(row, i)] = -(tau[i] * sum);
+        }
+        t[(i, i)] = tau[i];
+    }
+    Ok(())
+}
+
+/// `C ← (I − V·T·Vᴴ)·C`, or its conjugate transpose applied (`adjoint`): `C − V·op(T)·(Vᴴ·C)`.
+fn reflect<T: LapackScalar>(
+    v: MatRef<'_, T>,
+    t: MatRef<'_, T>,
+    mut c: MatMut<'_, T>,
+    adjoint: bool,
+) -> Result<()> {
+    let (width, columns) = (t.nrows(), c.ncols());
+    let mut products = memory::vec_of(2 * width * columns, T::ZERO)?;
+    let (vc, tvc) = products.split_at_mut(width * columns);
+    let mut vc = MatMut::from_column_major_slice_mut(vc, width, columns);
+    let mut tvc = MatMut::from_column_major_slice_mut(tvc, width, columns);
+    matmul(
+        vc.as_mut(),
+        Accum::Replace,
+        v.adjoint(),
+        c.as_ref(),
+        T::ONE,
+        Par::Seq,
+    );
+    let (op_t, structure, conj) = if adjoint {
+        (t.transpose(), BlockStructure::TriangularLower, Conj::Yes)
+    } else {
+        (t, BlockStructure::TriangularUpper, Conj::No)
+    };
+    triangular::matmul_with_conj(
+        tvc.as_mut(),
+        BlockStructure::Rectangular,
+        Accum::Replace,
+        op_t,
+        structure,
+        conj,
+        vc.as_ref(),
+        BlockStructure::Rectangular,
+        Conj::No,
+        T::ONE,
+        Par::Seq,
+    );
+    matmul(c.as_mut(), Accum::Add, v, tvc.as_ref(), -T::ONE, Par::Seq);
+    Ok(())
 }
