@@ -268,6 +268,20 @@ def test_row_major_getrf_is_getrf_transposed(shape, dtype, random_matrix):
     assert np.asarray(row[2]).reshape(-1)[0] > 0
 
 
+def _getrf_in_layout(target, a):
+    """``target`` on the row-major matrices ``a``: ferrax_getrf reads its buffer column-major,
+    so it gets the transposes' C-order bytes. The packed LU (row-major), 0-based pivots, info."""
+    *batch, m, n = a.shape
+    if target == "ferrax_getrf":
+        operand = np.swapaxes(a, -1, -2).copy().reshape(a.shape)
+        got = jax.ffi.ffi_call(target, GETRF_OUTS(a))(operand)
+        lu = np.swapaxes(np.array(got[0]).reshape(*batch, n, m), -1, -2)
+    else:
+        got = jax.ffi.ffi_call(target, GETRF_OUTS(a))(a)
+        lu = np.array(got[0])
+    return lu, np.asarray(got[1]) - 1, np.asarray(got[2])
+
+
 @pytest.mark.parametrize("shape", [(9, 17, 17), (6, 25, 25), (5, 33, 33), (4, 40, 33), (4, 33, 40),
                                    (5, 100, 100), (4, 256, 256)], ids=str)
 @pytest.mark.parametrize("target", ["ferrax_getrf", "ferrax_getrf_row_major"])
@@ -279,20 +293,13 @@ def test_mid_sizes_against_lapack(shape, target, dtype, random_matrix):
     SciPy's getrf called directly and by reconstruction, in both layouts, with a zero column, a
     repeated row and a NaN in the batch. (Subnormal pivots, LAPACK's other case, read as zero
     on XLA's threads, which flush denormals.)"""
-    *batch, m, n = shape
+    m, n = shape[-2:]
     k = min(m, n)
     a = random_matrix(shape, dtype)
     a[0, :, 3] = 0  # U[3, 3] exactly zero: info 4, L's column 3 left unscaled (zero)
     a[1, m - 1, :] = a[1, 0, :]  # singular by a rounding-level last pivot (square)
     a[2, 4, 5] = np.nan
-    if target == "ferrax_getrf":  # column-major: the transposes' C-order bytes
-        operand = np.swapaxes(a, -1, -2).copy().reshape(shape)
-        got = jax.ffi.ffi_call(target, GETRF_OUTS(a))(operand)
-        lu = np.swapaxes(np.array(got[0]).reshape(*batch, n, m), -1, -2)
-    else:
-        got = jax.ffi.ffi_call(target, GETRF_OUTS(a))(a)
-        lu = np.array(got[0])
-    pivots, info = np.asarray(got[1]) - 1, np.asarray(got[2])
+    lu, pivots, info = _getrf_in_layout(target, a)
     want, want_info = lapack_pivots(a)
     assert info[0] == want_info[0] == 4
     assert (lu[0, 4:, 3] == 0).all() and lu[0, 3, 3] == 0
@@ -321,20 +328,13 @@ def test_one_matrix_over_the_threads(shape, target, defect, dtype, random_matrix
     of L unscaled) in the first or third panel, or a NaN, hands the trailing matrix from that
     panel on to LAPACK. Against SciPy's getrf called directly and by reconstruction, square,
     tall and wide, in both layouts."""
-    *batch, m, n = shape
+    m, n = shape[-2:]
     a = random_matrix(shape, dtype)
     if defect == "nan":
         a[0, 4, 5] = np.nan
     elif defect is not None:
         a[0, :, defect] = 0
-    if target == "ferrax_getrf":  # column-major: the transposes' C-order bytes
-        operand = np.swapaxes(a, -1, -2).copy().reshape(shape)
-        got = jax.ffi.ffi_call(target, GETRF_OUTS(a))(operand)
-        lu = np.swapaxes(np.array(got[0]).reshape(*batch, n, m), -1, -2)
-    else:
-        got = jax.ffi.ffi_call(target, GETRF_OUTS(a))(a)
-        lu = np.array(got[0])
-    pivots, info = np.asarray(got[1]) - 1, np.asarray(got[2])
+    lu, pivots, info = _getrf_in_layout(target, a)
     want, want_info = lapack_pivots(a)
     if defect == "nan":
         assert np.isnan(lu[0]).any()
