@@ -282,8 +282,9 @@ def _getrf_in_layout(target, a):
     return lu, np.asarray(got[1]) - 1, np.asarray(got[2])
 
 
+# (4, 300, 20): tall, past 256 rows but with 20 pivots, a batch: a task per matrix still.
 @pytest.mark.parametrize("shape", [(9, 17, 17), (6, 25, 25), (5, 33, 33), (4, 40, 33), (4, 33, 40),
-                                   (5, 100, 100), (4, 256, 256)], ids=str)
+                                   (5, 100, 100), (4, 256, 256), (4, 300, 20)], ids=str)
 @pytest.mark.parametrize("target", ["ferrax_getrf", "ferrax_getrf_row_major"])
 def test_mid_sizes_against_lapack(shape, target, dtype, random_matrix):
     """Past the Rust lanes and up to 256, faer's recursive LU (its blocking, so its rounding, is

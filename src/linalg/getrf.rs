@@ -39,14 +39,17 @@ pub fn small_max<T: Scalar>() -> usize {
     }
 }
 
-/// From [`small_max`] up to this many rows and columns, faer's recursive LU (its own SIMD
-/// matrix products), 1.1–1.4× OpenBLAS's `?getrf` per matrix there, one matrix per task.
+/// From [`small_max`] up to this many rows and columns (and matrices with up to this many
+/// pivots, whatever their other dimension, in batches of at least as many as there are
+/// threads), faer's recursive LU (its own SIMD matrix products), 1.1–1.4× OpenBLAS's `?getrf`
+/// per matrix there, one matrix per task.
 pub const MID_MAX: usize = 256;
 
-/// From this order with fewer matrices than threads, and past [`MID_MAX`] always, each matrix
-/// is factored in place over the whole pool ([`pooled_getrf`]), one after the other: inside
-/// jax's process OpenBLAS's `?getrf` keeps to one core, and a task per matrix would leave
-/// cores idle (one 512×512 f64 matrix, row-major, 2 cores: 5.9 ms by jax's rule, 3.2 ms).
+/// From this order with fewer matrices than threads, and past [`MID_MAX`] pivots always, each
+/// matrix is factored in place over the whole pool ([`pooled_getrf`]), one after the other:
+/// inside jax's process OpenBLAS's `?getrf` keeps to one core, and a task per matrix would
+/// leave cores idle (one 512×512 f64 matrix, row-major, 2 cores: 5.9 ms by jax's rule, 3.2 ms).
+/// A batch of tall or wide matrices with fewer pivots keeps a task per matrix.
 pub const POOLED_MIN: usize = 128;
 
 /// Columns per panel of [`pooled_getrf`].
@@ -117,7 +120,7 @@ pub fn getrf<T: LapackScalar>(
     }
     let getrf = routine(T::getrf())?;
     let order = rows.max(cols);
-    if order > MID_MAX || (order >= POOLED_MIN && count < pool.threads()) {
+    if k > MID_MAX || (order >= POOLED_MIN && count < pool.threads()) {
         for b in 0..count {
             let (p, info) = results(b, 1);
             // SAFETY: the matrices are factored one after the other, each over the pool.
@@ -354,6 +357,10 @@ impl<T: LapackScalar> Strided<T> {
         let (c, w, below) = (columns.start, columns.len(), start + width);
         let lower = self.read(start, start, width, width);
         solve_unit_lower_triangular_in_place(lower, self.write(start, c, width, w), Par::Seq);
+        if below == self.rows {
+            // (No rows below: the views would start past the matrix.)
+            return;
+        }
         matmul(
             self.write(below, c, self.rows - below, w),
             Accum::Add,

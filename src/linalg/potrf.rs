@@ -209,16 +209,19 @@ unsafe fn pooled_cholesky<T: LapackScalar>(
                 -<T as Scalar>::ONE,
                 Par::Seq,
             );
-            matmul_with_conj(
-                write(c + w, c, n - c - w, w),
-                Accum::Add,
-                x_rows(c + w, n - c - w),
-                Conj::No,
-                x_rows(c, w).transpose(),
-                Conj::Yes,
-                -<T as Scalar>::ONE,
-                Par::Seq,
-            );
+            if c + w < n {
+                // (The last block has no rows below: the views would start past the matrix.)
+                matmul_with_conj(
+                    write(c + w, c, n - c - w, w),
+                    Accum::Add,
+                    x_rows(c + w, n - c - w),
+                    Conj::No,
+                    x_rows(c, w).transpose(),
+                    Conj::Yes,
+                    -<T as Scalar>::ONE,
+                    Par::Seq,
+                );
+            }
             Ok(())
         })?;
     }

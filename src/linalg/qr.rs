@@ -34,8 +34,9 @@ pub const SMALL_MAX: usize = 16;
 /// 128 the blocked path is ahead again).
 const ORMQR_UNBLOCKED_MAX: usize = 64;
 
-/// From this order with fewer matrices than threads, and past 256 always, jax's `qr` factors
-/// each matrix over the whole pool ([`pooled_qr`]), one after the other: inside jax's process
+/// From this order with fewer matrices than threads, and past 256 reflectors always (a batch
+/// of tall or wide matrices with fewer keeps a task per matrix), jax's `qr` factors each
+/// matrix over the whole pool ([`pooled_qr`]), one after the other: inside jax's process
 /// OpenBLAS's own threads contend with XLA's there (one 512×512 f64 matrix took longer on two
 /// cores than on one).
 const POOLED_MIN: usize = 128;
@@ -517,7 +518,7 @@ pub fn qr<T: LapackScalar>(
     }
     let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
     let order = rows.max(cols);
-    if k > 0 && order >= POOLED_MIN && (order > 256 || count < pool.threads()) {
+    if k > 256 || (k > 0 && order >= POOLED_MIN && count < pool.threads()) {
         let geqrf = routine(T::geqrf())?;
         for b in 0..count {
             // SAFETY: the matrices are factored one after the other, each over the pool.
