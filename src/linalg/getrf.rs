@@ -3,7 +3,8 @@
 
 use super::matrix::{InOut, Layout};
 use super::parallel::{
-    by_simd_groups, for_each_chunk, parallel_chunks, parallel_for, Pool, SharedMut, SIMD_GROUP,
+    by_simd_groups, for_each_chunk, one_matrix_over_pool, parallel_chunks, parallel_for, Pool,
+    SharedMatrix, SharedMut, PANEL, SIMD_GROUP,
 };
 use super::underflow::GradualUnderflow;
 use super::vector_unit::simd_dispatch;
@@ -39,24 +40,12 @@ pub fn small_max<T: Scalar>() -> usize {
     }
 }
 
-/// From [`small_max`] up to this many rows and columns (and matrices with up to this many
-/// pivots, whatever their other dimension, in batches of at least as many as there are
-/// threads), faer's recursive LU (its own SIMD matrix products), 1.1–1.4× OpenBLAS's `?getrf`
-/// per matrix there, one matrix per task.
-pub const MID_MAX: usize = 256;
-
-/// From this order with fewer matrices than threads, and past [`MID_MAX`] pivots always, each
-/// matrix is factored in place over the whole pool ([`pooled_getrf`]), one after the other:
-/// inside jax's process OpenBLAS's `?getrf` keeps to one core, and a task per matrix would
-/// leave cores idle (one 512×512 f64 matrix, row-major, 2 cores: 5.9 ms by jax's rule, 3.2 ms).
-/// A batch of tall or wide matrices with fewer pivots keeps a task per matrix.
-pub const POOLED_MIN: usize = 128;
-
-/// Columns per panel of [`pooled_getrf`].
-const PANEL: usize = 64;
-
 /// Factors every matrix of `a` (`m × n`) into `a.output`: `ipiv` gets its `min(m, n)` 1-based
 /// pivots and `info` its LAPACK `info` (`i > 0`: `U[i-1, i-1]` is exactly zero).
+///
+/// Past [`small_max`], faer's recursive LU (its own SIMD matrix products), 1.1–1.4× OpenBLAS's
+/// `?getrf` per matrix up to 256, one matrix per task; or, by [`one_matrix_over_pool`],
+/// [`pooled_getrf`] (one 512×512 f64 matrix, row-major, 2 cores: 5.9 ms by jax's rule, 3.2 ms).
 pub fn getrf<T: LapackScalar>(
     pool: &dyn Pool,
     a: InOut<T>,
@@ -120,22 +109,15 @@ pub fn getrf<T: LapackScalar>(
     }
     let getrf = routine(T::getrf())?;
     let order = rows.max(cols);
-    if k > MID_MAX || (order >= POOLED_MIN && count < pool.threads()) {
+    if one_matrix_over_pool(pool, count, order, k) {
         for b in 0..count {
             let (p, info) = results(b, 1);
             // SAFETY: the matrices are factored one after the other, each over the pool.
             unsafe {
                 a.input.copy_to(b, &a.output);
-                let matrix = SharedMut(a.output.matrix(b));
-                pooled_getrf(
-                    pool,
-                    getrf,
-                    matrix,
-                    [rows, cols],
-                    a.output.strides(),
-                    p,
-                    &mut info[0],
-                )?
+                let matrix =
+                    SharedMatrix::new(a.output.matrix(b), [rows, cols], a.output.strides());
+                pooled_getrf(pool, getrf, matrix, p, &mut info[0])?
             };
         }
         return Ok(());
@@ -176,19 +158,16 @@ pub fn getrf<T: LapackScalar>(
 /// there, as its blocked `?getrf` would have.
 ///
 /// # Safety
-/// `a` points to the `rows × cols` matrix (`strides`: between rows and between columns),
-/// which nothing else touches meanwhile.
+/// Nothing else touches the matrix meanwhile.
 unsafe fn pooled_getrf<T: LapackScalar>(
     pool: &dyn Pool,
     getrf: Getrf<T>,
-    a: SharedMut<T>,
-    [rows, cols]: [usize; 2],
-    strides: [usize; 2],
+    matrix: SharedMatrix<T>,
     ipiv: &mut [i32],
     info: &mut i32,
 ) -> Result<()> {
+    let (rows, cols) = (matrix.rows(), matrix.cols());
     let k = rows.min(cols);
-    let matrix = Strided { a, rows, strides };
     let mut scratch = Mutex::new(PanelScratch {
         panel: memory::vec_of(rows * PANEL, <T as Scalar>::ZERO)?,
         rows_order: memory::vec_of(3 * rows, 0usize)?,
@@ -196,7 +175,7 @@ unsafe fn pooled_getrf<T: LapackScalar>(
     let (mut start, mut factored) = (0, true);
     if k > 0 {
         let scratch = scratch.get_mut().unwrap_or_else(|e| e.into_inner());
-        factored = matrix.factor_panel(0, PANEL.min(k), &mut ipiv[..PANEL.min(k)], scratch);
+        factored = factor_panel(&matrix, 0, PANEL.min(k), &mut ipiv[..PANEL.min(k)], scratch);
     }
     while start < k {
         let width = PANEL.min(k - start);
@@ -222,7 +201,7 @@ unsafe fn pooled_getrf<T: LapackScalar>(
             rest.iter_mut().for_each(|p| *p += start as i32);
             let pivots = &*rest;
             return parallel_chunks(pool, start, PANEL / 2, &|range| {
-                matrix.swap_rows(range, start, pivots);
+                swap_rows(&matrix, range, start, pivots);
                 Ok(())
             });
         }
@@ -240,22 +219,23 @@ unsafe fn pooled_getrf<T: LapackScalar>(
         let column = |c: usize| if c < start { c } else { c + width + next_width };
         parallel_for(pool, 1 + others.div_ceil(chunk), &|task| {
             if task == 0 {
-                matrix.update(next..next + next_width, start, width, pivots);
+                update(&matrix, next..next + next_width, start, width, pivots);
                 if next_width > 0 {
                     let mut scratch = scratch.lock().unwrap_or_else(|e| e.into_inner());
                     let mut next_pivots = next_pivots.lock().unwrap_or_else(|e| e.into_inner());
                     let factored =
-                        matrix.factor_panel(next, next_width, &mut next_pivots, &mut scratch);
+                        factor_panel(&matrix, next, next_width, &mut next_pivots, &mut scratch);
                     next_factored.store(factored, Ordering::Relaxed);
                 }
                 return Ok(());
             }
             let range = (task - 1) * chunk..(task * chunk).min(others);
             let left = range.start..range.end.min(start);
-            matrix.swap_rows(left, start, pivots);
+            swap_rows(&matrix, left, start, pivots);
             let right = range.start.max(start)..range.end;
             if !right.is_empty() {
-                matrix.update(
+                update(
+                    &matrix,
                     column(right.start)..column(right.end - 1) + 1,
                     start,
                     width,
@@ -271,105 +251,96 @@ unsafe fn pooled_getrf<T: LapackScalar>(
     Ok(())
 }
 
-/// [`pooled_getrf`]'s matrix: rows and columns `strides` apart.
-struct Strided<T> {
-    a: SharedMut<T>,
-    rows: usize,
-    strides: [usize; 2],
-}
-
-/// [`Strided::factor_panel`]'s scratch: the panel, column-major, and faer's row orders.
+/// [`factor_panel`]'s scratch: the panel, column-major, and faer's row orders.
 struct PanelScratch<T> {
     panel: Vec<T>,
     rows_order: Vec<usize>,
 }
 
-impl<T: LapackScalar> Strided<T> {
-    fn offset(&self, i: usize, j: usize) -> usize {
-        i * self.strides[0] + j * self.strides[1]
+/// Factors rows `start..` of columns `start..start + width` (a copy of them, written back where
+/// faer could take every pivot): `pivots` gets the panel's own 0-based ones, + 1.
+///
+/// # Safety
+/// Those columns are the calling task's.
+unsafe fn factor_panel<T: LapackScalar>(
+    matrix: &SharedMatrix<T>,
+    start: usize,
+    width: usize,
+    pivots: &mut [i32],
+    scratch: &mut PanelScratch<T>,
+) -> bool {
+    let height = matrix.rows() - start;
+    let panel = &mut scratch.panel[..height * width];
+    let mut staged = MatMut::from_column_major_slice_mut(panel, height, width);
+    staged.copy_from(matrix.read(start, start, height, width));
+    let mut transpositions = [MaybeUninit::<usize>::uninit(); PANEL];
+    let stack = MemStack::new_any(&mut transpositions);
+    let rows_order = &mut scratch.rows_order;
+    if !faer_getrf(panel, height, width, height, pivots, rows_order, stack) {
+        return false;
     }
+    let staged = MatRef::from_column_major_slice(panel, height, width);
+    matrix.write(start, start, height, width).copy_from(staged);
+    true
+}
 
-    /// Rows `r..r + h` of columns `c..c + w`, which nothing writes while the view lives.
-    fn read(&self, r: usize, c: usize, h: usize, w: usize) -> MatRef<'_, T> {
-        let [rs, cs] = self.strides.map(|s| s as isize);
-        // SAFETY: in the matrix (the caller's word for the block).
-        unsafe { MatRef::from_raw_parts(self.a.at(self.offset(r, c)), h, w, rs, cs) }
-    }
-
-    /// Rows `r..r + h` of columns `c..c + w`, which only this view touches while it lives.
-    #[allow(clippy::mut_from_ref)] // blocks of the shared matrix, each its task's own
-    fn write(&self, r: usize, c: usize, h: usize, w: usize) -> MatMut<'_, T> {
-        let [rs, cs] = self.strides.map(|s| s as isize);
-        // SAFETY: as `read`.
-        unsafe { MatMut::from_raw_parts_mut(self.a.at(self.offset(r, c)), h, w, rs, cs) }
-    }
-
-    /// Factors rows `start..` of columns `start..start + width` (a copy of them, written back
-    /// where faer could take every pivot): `pivots` gets the panel's own 0-based ones, + 1.
-    fn factor_panel(
-        &self,
-        start: usize,
-        width: usize,
-        pivots: &mut [i32],
-        scratch: &mut PanelScratch<T>,
-    ) -> bool {
-        let height = self.rows - start;
-        let panel = &mut scratch.panel[..height * width];
-        let mut staged = MatMut::from_column_major_slice_mut(panel, height, width);
-        staged.copy_from(self.read(start, start, height, width));
-        let mut transpositions = [MaybeUninit::<usize>::uninit(); PANEL];
-        let stack = MemStack::new_any(&mut transpositions);
-        let rows_order = &mut scratch.rows_order;
-        if !faer_getrf(panel, height, width, height, pivots, rows_order, stack) {
-            return false;
+/// Swaps rows `start + i` and `pivots[i] - 1` (1-based, whole-matrix) in `columns`.
+///
+/// # Safety
+/// Those columns are the calling task's.
+unsafe fn swap_rows<T>(
+    matrix: &SharedMatrix<T>,
+    columns: Range<usize>,
+    start: usize,
+    pivots: &[i32],
+) {
+    let swap = |c: usize, i: usize, p: i32| {
+        std::ptr::swap(matrix.at(start + i, c), matrix.at(p as usize - 1, c))
+    };
+    // Along the matrix's memory: row by row where a row's elements are adjacent.
+    let [row_stride, col_stride] = matrix.strides();
+    if col_stride < row_stride {
+        for (i, &p) in pivots.iter().enumerate() {
+            columns.clone().for_each(|c| swap(c, i, p));
         }
-        let staged = MatRef::from_column_major_slice(panel, height, width);
-        self.write(start, start, height, width).copy_from(staged);
-        true
-    }
-
-    /// Swaps rows `start + i` and `pivots[i] - 1` (1-based, whole-matrix) in `columns`.
-    fn swap_rows(&self, columns: Range<usize>, start: usize, pivots: &[i32]) {
-        let swap = |c: usize, i: usize, p: i32| {
-            let (x, y) = (self.offset(start + i, c), self.offset(p as usize - 1, c));
-            // SAFETY: both elements are in column c, the caller's to write.
-            unsafe { std::ptr::swap(self.a.at(x), self.a.at(y)) }
-        };
-        // Along the matrix's memory: row by row where a row's elements are adjacent.
-        if self.strides[1] < self.strides[0] {
-            for (i, &p) in pivots.iter().enumerate() {
-                columns.clone().for_each(|c| swap(c, i, p));
-            }
-        } else {
-            for c in columns {
-                pivots.iter().enumerate().for_each(|(i, &p)| swap(c, i, p));
-            }
+    } else {
+        for c in columns {
+            pivots.iter().enumerate().for_each(|(i, &p)| swap(c, i, p));
         }
     }
+}
 
-    /// Columns `columns`, right of the factored panel of `width` columns from `start`: its
-    /// swaps, the solve with its unit lower triangle for `U`'s rows, the update below.
-    fn update(&self, columns: Range<usize>, start: usize, width: usize, pivots: &[i32]) {
-        if columns.is_empty() {
-            return;
-        }
-        self.swap_rows(columns.clone(), start, pivots);
-        let (c, w, below) = (columns.start, columns.len(), start + width);
-        let lower = self.read(start, start, width, width);
-        solve_unit_lower_triangular_in_place(lower, self.write(start, c, width, w), Par::Seq);
-        if below == self.rows {
-            // (No rows below: the views would start past the matrix.)
-            return;
-        }
-        matmul(
-            self.write(below, c, self.rows - below, w),
-            Accum::Add,
-            self.read(below, start, self.rows - below, width),
-            self.read(start, c, width, w),
-            -<T as Scalar>::ONE,
-            Par::Seq,
-        );
+/// Columns `columns`, right of the factored panel of `width` columns from `start`: its swaps,
+/// the solve with its unit lower triangle for `U`'s rows, the update below.
+///
+/// # Safety
+/// Those columns are the calling task's; nothing writes the panel's.
+unsafe fn update<T: LapackScalar>(
+    matrix: &SharedMatrix<T>,
+    columns: Range<usize>,
+    start: usize,
+    width: usize,
+    pivots: &[i32],
+) {
+    if columns.is_empty() {
+        return;
     }
+    swap_rows(matrix, columns.clone(), start, pivots);
+    let (c, w, below, rows) = (columns.start, columns.len(), start + width, matrix.rows());
+    let lower = matrix.read(start, start, width, width);
+    solve_unit_lower_triangular_in_place(lower, matrix.write(start, c, width, w), Par::Seq);
+    if below == rows {
+        // (No rows below: the views would start past the matrix.)
+        return;
+    }
+    matmul(
+        matrix.write(below, c, rows - below, w),
+        Accum::Add,
+        matrix.read(below, start, rows - below, width),
+        matrix.read(start, c, width, w),
+        -<T as Scalar>::ONE,
+        Par::Seq,
+    );
 }
 
 fn lapack_getrf<T>(

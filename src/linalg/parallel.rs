@@ -3,6 +3,7 @@
 //! progress: the calling thread drains tasks too.
 
 use crate::error::{Error, Result};
+use faer::{MatMut, MatRef};
 use std::ffi::c_void;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -246,4 +247,92 @@ impl<T> SharedMut<T> {
         }
         std::slice::from_raw_parts_mut(self.0.add(start), len)
     }
+}
+
+/// A matrix that pool tasks share, `rows × cols` with elements `strides` apart (between rows,
+/// between columns): each task reads blocks that nothing writes meanwhile, or writes its own.
+#[derive(Clone, Copy)]
+pub struct SharedMatrix<T> {
+    first: SharedMut<T>,
+    rows: usize,
+    cols: usize,
+    strides: [usize; 2],
+}
+
+impl<T> SharedMatrix<T> {
+    /// # Safety
+    /// `first` points to such a matrix, which outlives the view and its blocks, and which
+    /// nothing but the blocks touches meanwhile.
+    pub unsafe fn new(first: *mut T, [rows, cols]: [usize; 2], strides: [usize; 2]) -> Self {
+        Self {
+            first: SharedMut(first),
+            rows,
+            cols,
+            strides,
+        }
+    }
+
+    /// [`SharedMatrix::new`] for a column-major matrix, columns `rows` apart.
+    ///
+    /// # Safety
+    /// As [`SharedMatrix::new`].
+    pub unsafe fn column_major(first: *mut T, rows: usize, cols: usize) -> Self {
+        Self::new(first, [rows, cols], [1, rows])
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn strides(&self) -> [usize; 2] {
+        self.strides
+    }
+
+    /// The element in row `i` of column `j`.
+    ///
+    /// # Safety
+    /// `i < rows` and `j < cols`.
+    pub unsafe fn at(&self, i: usize, j: usize) -> *mut T {
+        debug_assert!(i < self.rows && j < self.cols);
+        self.first.at(i * self.strides[0] + j * self.strides[1])
+    }
+
+    /// Rows `r..r + h` of columns `c..c + w`.
+    ///
+    /// # Safety
+    /// A block of the matrix that starts in it, which nothing writes while the view lives.
+    pub unsafe fn read(&self, r: usize, c: usize, h: usize, w: usize) -> MatRef<'_, T> {
+        debug_assert!(r + h <= self.rows && c + w <= self.cols);
+        let [rs, cs] = self.strides.map(|s| s as isize);
+        MatRef::from_raw_parts(self.at(r, c), h, w, rs, cs)
+    }
+
+    /// Rows `r..r + h` of columns `c..c + w`.
+    ///
+    /// # Safety
+    /// A block of the matrix that starts in it, which nothing else reads or writes while the
+    /// view lives.
+    #[allow(clippy::mut_from_ref)] // blocks of the shared matrix, each its task's own
+    pub unsafe fn write(&self, r: usize, c: usize, h: usize, w: usize) -> MatMut<'_, T> {
+        debug_assert!(r + h <= self.rows && c + w <= self.cols);
+        let [rs, cs] = self.strides.map(|s| s as isize);
+        MatMut::from_raw_parts_mut(self.at(r, c), h, w, rs, cs)
+    }
+}
+
+/// Columns per panel (block of reflectors) where one matrix is factored over the pool.
+pub const PANEL: usize = 64;
+
+/// Whether each matrix of a batch is factored over the whole pool, one after the other,
+/// rather than a matrix per task: from order 128 with fewer matrices than threads, where a
+/// task per matrix would leave cores idle (and inside jax's process OpenBLAS keeps to one
+/// core), and past 256 pivots always, where a matrix outgrows the per-matrix paths' caches. A
+/// batch of tall or wide matrices with fewer pivots keeps a task per matrix (one matrix after
+/// another left batches of 1000×4 nearly serial).
+pub fn one_matrix_over_pool(pool: &dyn Pool, count: usize, order: usize, pivots: usize) -> bool {
+    pivots > 256 || (pivots > 0 && order >= 128 && count < pool.threads())
 }

@@ -4,7 +4,8 @@
 use super::flags::Uplo;
 use super::matrix::InOut;
 use super::parallel::{
-    by_simd_groups, for_each_chunk, parallel_chunks, Pool, SharedMut, SIMD_GROUP,
+    by_simd_groups, for_each_chunk, one_matrix_over_pool, parallel_chunks, Pool, SharedMatrix,
+    SharedMut, PANEL, SIMD_GROUP,
 };
 use super::underflow::GradualUnderflow;
 use super::vector_unit::simd_dispatch;
@@ -17,7 +18,7 @@ use faer::linalg::matmul::matmul_with_conj;
 use faer::linalg::matmul::triangular::{self, BlockStructure};
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place_with_conj;
 use faer::prelude::{Reborrow, ReborrowMut};
-use faer::{Accum, Conj, MatMut, MatRef, Par};
+use faer::{Accum, Conj, MatMut, Par};
 use ferrax_cpu_fallback::Potrf;
 use ferrax_kernels::scalar::{Real, Scalar};
 use ferrax_kernels::small::potf2;
@@ -36,14 +37,6 @@ pub const SMALL_MAX: usize = 16;
 /// ~2 MB batches, against OpenBLAS's `?potrf`: f64 0.68 (n = 17) to 0.75 (64-96) the time,
 /// c128 0.7-0.8 (0.45 at 48-64); at 128 f64 1.15, c128 1.0.
 const FAER_MAX: usize = 96;
-
-/// From this order with fewer matrices than threads, and past 256 always, jax's `cholesky`
-/// factors each matrix over the whole pool ([`pooled_cholesky`]), one after the other, where
-/// OpenBLAS's `?potrf` keeps to one core inside jax's process.
-const POOLED_MIN: usize = 128;
-
-/// Columns per step of [`pooled_cholesky`].
-const PANEL: usize = 64;
 
 /// Factors every `n × n` matrix of `a` into `a.output`, in its `uplo` triangle (the other
 /// keeps the input), with LAPACK's `info` per matrix (`i > 0`: the leading minor of order `i`
@@ -71,7 +64,9 @@ pub fn potrf<T: LapackScalar>(
 /// jax's `cholesky(x, symmetrize_input)` of the `count` row-major `n × n` matrices in `x`:
 /// `tril(L)` of `(x + xᴴ)/2` (or of `x`'s lower triangle) in `l`, or NaN on and below the
 /// diagonal (zeros above) where the factorization fails. One matrix at a time in cache, where
-/// jax's rule makes an XLA pass over the batch for each step.
+/// jax's rule makes an XLA pass over the batch for each step; by [`one_matrix_over_pool`],
+/// each over the whole pool ([`pooled_cholesky`]), where OpenBLAS's `?potrf` keeps to one core
+/// inside jax's process.
 pub fn cholesky<T: LapackScalar>(
     pool: &dyn Pool,
     x: &[T],
@@ -104,7 +99,7 @@ pub fn cholesky<T: LapackScalar>(
     if n > SMALL_MAX && n <= FAER_MAX {
         return faer_cholesky(pool, fused, count, &done);
     }
-    if n > 256 || (n >= POOLED_MIN && count < pool.threads()) {
+    if one_matrix_over_pool(pool, count, n, n) {
         let potrf = routine(T::potrf())?;
         for b in 0..count {
             // SAFETY: the matrices are factored one after the other, each over the pool.
@@ -134,9 +129,9 @@ unsafe fn pooled_cholesky<T: LapackScalar>(
     let n = fused.n;
     let (x, out) = (
         &fused.x[b * n * n..(b + 1) * n * n],
-        fused.out.at(b * n * n),
+        SharedMut(fused.out.at(b * n * n)),
     );
-    let out = SharedMut(out);
+    let matrix = SharedMatrix::new(out.0, [n, n], [n, 1]);
     parallel_chunks(pool, n, PANEL, &|rows| {
         lower_triangle(
             x,
@@ -147,13 +142,6 @@ unsafe fn pooled_cholesky<T: LapackScalar>(
         );
         Ok(())
     })?;
-    // SAFETY (both): rows `r..r + h` of columns `c..c + w` of the matrix.
-    let read = |r: usize, c: usize, h: usize, w: usize| unsafe {
-        MatRef::<T>::from_raw_parts(out.at(r * n + c), h, w, n as isize, 1)
-    };
-    let write = |r: usize, c: usize, h: usize, w: usize| unsafe {
-        MatMut::<T>::from_raw_parts_mut(out.at(r * n + c), h, w, n as isize, 1)
-    };
     let request = cholesky_in_place_scratch::<T>(PANEL, Par::Seq, Default::default());
     let mut scratch = memory::faer_scratch(request, "cholesky")?;
     let mut diagonal = memory::vec_of(PANEL * PANEL, <T as Scalar>::ZERO)?;
@@ -163,7 +151,7 @@ unsafe fn pooled_cholesky<T: LapackScalar>(
         let below = start + width;
         let diagonal = &mut diagonal[..width * width];
         let mut block = MatMut::from_column_major_slice_mut(diagonal, width, width);
-        block.copy_from_triangular_lower(read(start, start, width, width));
+        block.copy_from_triangular_lower(matrix.read(start, start, width, width));
         let stack = MemStack::new(&mut scratch);
         let factored = cholesky_in_place(
             block.rb_mut(),
@@ -178,12 +166,14 @@ unsafe fn pooled_cholesky<T: LapackScalar>(
             let order = lapack_int("order", n)?;
             return Ok(lapack_potrf(potrf, b'U' as c_char, order, whole, n));
         }
-        write(start, start, width, width).copy_from_triangular_lower(block.rb());
+        matrix
+            .write(start, start, width, width)
+            .copy_from_triangular_lower(block.rb());
         let lower = block.rb();
         // The columns below: X = A21·L11⁻ᴴ, that is conj(L11)·Xᵀ = A21ᵀ, in row blocks.
         parallel_chunks(pool, n - below, PANEL / 2, &|rows| {
             let _gradual = GradualUnderflow::new();
-            let block = write(below + rows.start, start, rows.len(), width);
+            let block = matrix.write(below + rows.start, start, rows.len(), width);
             solve_lower_triangular_in_place_with_conj(
                 lower,
                 Conj::Yes,
@@ -195,9 +185,9 @@ unsafe fn pooled_cholesky<T: LapackScalar>(
         // The lower triangle right of them: A22 -= X·Xᴴ, in column blocks.
         parallel_chunks(pool, n - below, PANEL / 2, &|columns| {
             let (c, w) = (below + columns.start, columns.len());
-            let x_rows = |r: usize, h: usize| read(r, start, h, width);
+            let x_rows = |r: usize, h: usize| matrix.read(r, start, h, width);
             triangular::matmul_with_conj(
-                write(c, c, w, w),
+                matrix.write(c, c, w, w),
                 BlockStructure::TriangularLower,
                 Accum::Add,
                 x_rows(c, w),
@@ -212,7 +202,7 @@ unsafe fn pooled_cholesky<T: LapackScalar>(
             if c + w < n {
                 // (The last block has no rows below: the views would start past the matrix.)
                 matmul_with_conj(
-                    write(c + w, c, n - c - w, w),
+                    matrix.write(c + w, c, n - c - w, w),
                     Accum::Add,
                     x_rows(c + w, n - c - w),
                     Conj::No,

@@ -5,7 +5,8 @@
 use super::flags::{Flag, Side, Trans};
 use super::matrix::{Batch, InOut};
 use super::parallel::{
-    for_each_chunk, for_each_parallel, parallel_chunks, parallel_for, Pool, SharedMut,
+    for_each_chunk, for_each_parallel, one_matrix_over_pool, parallel_chunks, parallel_for, Pool,
+    SharedMatrix, SharedMut, PANEL,
 };
 use super::{lapack_int, query_lwork, routine, LapackScalar};
 use crate::error::{Error, Result};
@@ -33,16 +34,6 @@ pub const SMALL_MAX: usize = 16;
 /// 2 threads: f32 0.65× → 1.04× of stock jaxlib, f64 0.68× → 1.34×, c128 1.30× → 1.68×; at
 /// 128 the blocked path is ahead again).
 const ORMQR_UNBLOCKED_MAX: usize = 64;
-
-/// From this order with fewer matrices than threads, and past 256 reflectors always (a batch
-/// of tall or wide matrices with fewer keeps a task per matrix), jax's `qr` factors each
-/// matrix over the whole pool ([`pooled_qr`]), one after the other: inside jax's process
-/// OpenBLAS's own threads contend with XLA's there (one 512×512 f64 matrix took longer on two
-/// cores than on one).
-const POOLED_MIN: usize = 128;
-
-/// Reflectors per block of [`pooled_qr`].
-const PANEL: usize = 64;
 
 /// The routines here return `info < 0` only for an invalid argument, which the callers' checks
 /// rule out: such a failure is a bug here, not a property of the input.
@@ -491,7 +482,10 @@ pub fn q_columns(m: usize, n: usize, full_matrices: bool) -> usize {
 
 /// jax's whole `qr` without pivoting of every matrix of `a` (`m × n`): Q (`m × mq`) into `q`
 /// and R (`mq × n`, zeros below the diagonal) into `r`, `mq` being [`q_columns`]; geqrf's then
-/// orgqr's results bit for bit, one matrix at a time in cache.
+/// orgqr's results bit for bit, one matrix at a time in cache. By [`one_matrix_over_pool`],
+/// each over the whole pool ([`pooled_qr`]; LAPACK's results to rounding), where inside jax's
+/// process OpenBLAS's own threads contend with XLA's (one 512×512 f64 matrix took longer on
+/// two cores than on one).
 pub fn qr<T: LapackScalar>(
     pool: &dyn Pool,
     a: Batch<T>,
@@ -518,7 +512,7 @@ pub fn qr<T: LapackScalar>(
     }
     let (m, n) = (lapack_int("rows", rows)?, lapack_int("columns", cols)?);
     let order = rows.max(cols);
-    if k > 256 || (k > 0 && order >= POOLED_MIN && count < pool.threads()) {
+    if one_matrix_over_pool(pool, count, order, k) {
         let geqrf = routine(T::geqrf())?;
         for b in 0..count {
             // SAFETY: the matrices are factored one after the other, each over the pool.
@@ -660,23 +654,19 @@ unsafe fn pooled_qr<T: LapackScalar>(
     let mut tau = memory::vec_of(k, T::ZERO)?;
     let reflectors = Reflectors {
         geqrf,
-        rows,
         k,
-        w: SharedMut(w.as_mut_ptr()),
-        v: SharedMut(v.as_mut_ptr()),
-        t: SharedMut(t.as_mut_ptr()),
+        w: SharedMatrix::column_major(w.as_mut_ptr(), rows, cols),
+        v: SharedMatrix::column_major(v.as_mut_ptr(), rows, k),
+        t: SharedMatrix::column_major(t.as_mut_ptr(), PANEL, k),
         tau: SharedMut(tau.as_mut_ptr()),
     };
-    let source = (a.strides(), SharedMut(a.matrix(b)));
+    let source = SharedMatrix::new(a.matrix(b), [rows, cols], a.strides());
     parallel_chunks(pool, cols, PANEL, &|columns| {
-        let [row_stride, col_stride] = source.0;
         let (j, width) = (columns.start, columns.len());
         // SAFETY: this task's columns of the argument, which nothing writes, and of `w`.
         unsafe {
-            let at = source.1.at(j * col_stride);
-            let from =
-                MatRef::from_raw_parts(at, rows, width, row_stride as isize, col_stride as isize);
-            reflectors.w_block(0, j, rows, width).copy_from(from);
+            let from = source.read(0, j, rows, width);
+            reflectors.w.write(0, j, rows, width).copy_from(from);
         }
         Ok(())
     })?;
@@ -706,39 +696,28 @@ unsafe fn pooled_qr<T: LapackScalar>(
         })?;
         start = next;
     }
-    let ([row_stride, col_stride], first) = (r.strides(), SharedMut(r.matrix(b)));
+    let r = SharedMatrix::new(r.matrix(b), [q_cols, cols], r.strides());
     parallel_chunks(pool, cols, PANEL, &|columns| {
         for j in columns {
             // SAFETY: column j of matrix `b` of `r`, this task's alone, and of `w`.
             unsafe {
                 for i in 0..q_cols {
-                    let element = if i <= j {
-                        *reflectors.w.at(j * rows + i)
+                    *r.at(i, j) = if i <= j {
+                        *reflectors.w.at(i, j)
                     } else {
                         T::ZERO
                     };
-                    *first.at(i * row_stride + j * col_stride) = element;
                 }
             }
         }
         Ok(())
     })?;
-    let ([row_stride, col_stride], first) = (q.strides(), SharedMut(q.matrix(b)));
+    let q = SharedMatrix::new(q.matrix(b), [rows, q_cols], q.strides());
     parallel_chunks(pool, q_cols, PANEL, &|chunk| {
         // The last columns first: they take the most reflectors.
         let columns = q_cols - chunk.end..q_cols - chunk.start;
         // SAFETY (all): rows `i..` of this task's columns from `j` of matrix `b` of `q`.
-        let block = |i: usize, j: usize| unsafe {
-            let at = first.at(i * row_stride + j * col_stride);
-            let shape = (rows - i, columns.end - j);
-            MatMut::from_raw_parts_mut(
-                at,
-                shape.0,
-                shape.1,
-                row_stride as isize,
-                col_stride as isize,
-            )
-        };
+        let block = |i: usize, j: usize| unsafe { q.write(i, j, rows - i, columns.end - j) };
         let mut identity = block(0, columns.start);
         identity.fill(T::ZERO);
         for c in columns.clone() {
@@ -756,47 +735,38 @@ unsafe fn pooled_qr<T: LapackScalar>(
     })
 }
 
-/// [`pooled_qr`]'s working matrices: the matrix being factored (`w`, column-major, `rows`
-/// apart), its reflectors written out (`v`: unit diagonal, zeros above, as `w`), each block's
-/// triangular factor (`t`: [`PANEL`] rows, the block's columns) and the taus. A block's
-/// `factor` writes its columns of all four, which nothing else touches meanwhile; an
-/// `update` with a block reads that block's and writes its columns of `w`.
+/// [`pooled_qr`]'s working matrices, column-major: the matrix being factored (`w`), its
+/// reflectors written out (`v`: unit diagonal, zeros above), each block's triangular factor
+/// (`t`: [`PANEL`] rows, the block's columns) and the taus. A block's `factor` writes its
+/// columns of all four, which nothing else touches meanwhile; an `update` with a block reads
+/// that block's and writes its columns of `w`.
 struct Reflectors<T> {
     geqrf: Geqrf<T>,
-    rows: usize,
     k: usize,
-    w: SharedMut<T>,
-    v: SharedMut<T>,
-    t: SharedMut<T>,
+    w: SharedMatrix<T>,
+    v: SharedMatrix<T>,
+    t: SharedMatrix<T>,
     tau: SharedMut<T>,
 }
 
 impl<T: LapackScalar> Reflectors<T> {
-    /// Rows `i..i + h` of columns `j..j + w` of `w`.
-    #[allow(clippy::mut_from_ref)] // blocks of the shared matrix, each its task's own
-    unsafe fn w_block(&self, i: usize, j: usize, h: usize, w: usize) -> MatMut<'_, T> {
-        MatMut::from_raw_parts_mut(self.w.at(j * self.rows + i), h, w, 1, self.rows as isize)
-    }
-
     /// The reflectors of the block from column `start` (rows `start..`) and its factor.
     unsafe fn block(&self, start: usize) -> (MatRef<'_, T>, MatRef<'_, T>) {
-        let (width, height) = (PANEL.min(self.k - start), self.rows - start);
-        let at = self.v.at(start * self.rows + start);
-        let basis = MatRef::from_raw_parts(at, height, width, 1, self.rows as isize);
-        let at = self.t.at(start * PANEL);
+        let (width, height) = (PANEL.min(self.k - start), self.w.rows() - start);
         (
-            basis,
-            MatRef::from_raw_parts(at, width, width, 1, PANEL as isize),
+            self.v.read(start, start, height, width),
+            self.t.read(0, start, width, width),
         )
     }
 
     /// Factors the block of `width` columns from `start` (rows `start..`) by `?geqrf` on the
     /// calling thread (OpenBLAS kept to it), writes its reflectors out and their factor.
     unsafe fn factor(&self, start: usize, width: usize) -> Result<()> {
-        let height = self.rows - start;
+        let rows = self.w.rows();
+        let height = rows - start;
         let (m, n) = (lapack_int("rows", height)?, lapack_int("columns", width)?);
-        let ld = lapack_int("rows", self.rows)?;
-        let (geqrf, panel) = (self.geqrf, self.w.at(start * self.rows + start));
+        let ld = lapack_int("rows", rows)?;
+        let (geqrf, panel) = (self.geqrf, self.w.at(start, start));
         let tau = self.tau.at(start);
         let lwork = query_lwork::<T>(|work, lwork, info| {
             geqrf(&m, &n, panel, &ld, tau, work, lwork, info)
@@ -816,16 +786,15 @@ impl<T: LapackScalar> Reflectors<T> {
             )
         });
         check_info("geqrf", info)?;
-        for j in 0..width {
-            let column = (start + j) * self.rows + start;
-            // Rows `start..` of the reflector: zeros above its unit diagonal (as allocated).
-            let reflector = self.v.slice(column, height);
-            reflector[j] = T::ONE;
-            reflector[j + 1..].copy_from_slice(self.w.slice(column + j + 1, height - j - 1));
+        for c in start..start + width {
+            // The reflector: zeros above its unit diagonal (as allocated).
+            *self.v.at(c, c) = T::ONE;
+            for i in c + 1..rows {
+                *self.v.at(i, c) = *self.w.at(i, c);
+            }
         }
         let (basis, _) = self.block(start);
-        let factor =
-            MatMut::from_raw_parts_mut(self.t.at(start * PANEL), width, width, 1, PANEL as isize);
+        let factor = self.t.write(0, start, width, width);
         block_factor(basis, std::slice::from_raw_parts(tau, width), factor)
     }
 
@@ -836,7 +805,9 @@ impl<T: LapackScalar> Reflectors<T> {
             return Ok(());
         }
         let (basis, factor) = self.block(start);
-        let block = self.w_block(start, columns.start, self.rows - start, columns.len());
+        let block = self
+            .w
+            .write(start, columns.start, self.w.rows() - start, columns.len());
         reflect(basis, factor, block, true)
     }
 }
