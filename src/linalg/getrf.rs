@@ -3,7 +3,7 @@
 
 use super::matrix::{InOut, Layout};
 use super::parallel::{
-    by_simd_groups, for_each_chunk, one_matrix_over_pool, parallel_chunks, parallel_for, Pool,
+    by_simd_groups, for_each_chunk, look_ahead, one_matrix_over_pool, parallel_chunks, Pool,
     SharedMatrix, SharedMut, PANEL, SIMD_GROUP,
 };
 use super::underflow::GradualUnderflow;
@@ -212,38 +212,40 @@ unsafe fn pooled_getrf<T: LapackScalar>(
         let next_width = PANEL.min(k - next.min(k));
         let next_pivots = Mutex::new(&mut later[..next_width]);
         let next_factored = AtomicBool::new(true);
-        // Task 0: the next panel's columns, then that panel. The others: the columns left of
-        // this panel (swaps only) and those right of the next, in chunks.
-        let others = start + cols - next - next_width;
-        let chunk = others.div_ceil(pool.threads().max(1) * 4).max(PANEL / 2);
+        // Next: its columns, then the panel. The rest: the columns left of this panel (swaps
+        // only) and those right of the next.
         let column = |c: usize| if c < start { c } else { c + width + next_width };
-        parallel_for(pool, 1 + others.div_ceil(chunk), &|task| {
-            if task == 0 {
-                update(&matrix, next..next + next_width, start, width, pivots);
-                if next_width > 0 {
-                    let mut scratch = scratch.lock().unwrap_or_else(|e| e.into_inner());
-                    let mut next_pivots = next_pivots.lock().unwrap_or_else(|e| e.into_inner());
-                    let factored =
-                        factor_panel(&matrix, next, next_width, &mut next_pivots, &mut scratch);
-                    next_factored.store(factored, Ordering::Relaxed);
-                }
-                return Ok(());
-            }
-            let range = (task - 1) * chunk..(task * chunk).min(others);
-            let left = range.start..range.end.min(start);
-            swap_rows(&matrix, left, start, pivots);
-            let right = range.start.max(start)..range.end;
-            if !right.is_empty() {
-                update(
-                    &matrix,
-                    column(right.start)..column(right.end - 1) + 1,
-                    start,
-                    width,
-                    pivots,
-                );
+        let next_panel = || {
+            update(&matrix, next..next + next_width, start, width, pivots);
+            if next_width > 0 {
+                let mut scratch = scratch.lock().unwrap_or_else(|e| e.into_inner());
+                let mut next_pivots = next_pivots.lock().unwrap_or_else(|e| e.into_inner());
+                let factored =
+                    factor_panel(&matrix, next, next_width, &mut next_pivots, &mut scratch);
+                next_factored.store(factored, Ordering::Relaxed);
             }
             Ok(())
-        })?;
+        };
+        look_ahead(
+            pool,
+            &next_panel,
+            start + cols - next - next_width,
+            &|range| {
+                let left = range.start..range.end.min(start);
+                swap_rows(&matrix, left, start, pivots);
+                let right = range.start.max(start)..range.end;
+                if !right.is_empty() {
+                    update(
+                        &matrix,
+                        column(right.start)..column(right.end - 1) + 1,
+                        start,
+                        width,
+                        pivots,
+                    );
+                }
+                Ok(())
+            },
+        )?;
         factored = next_factored.load(Ordering::Relaxed);
         start = next;
     }

@@ -142,19 +142,40 @@ pub fn parallel_chunks(
     if items == 0 {
         return Ok(());
     }
-    // Several chunks per thread: a helper that starts late (a busy or descheduled core) then
-    // takes fewer of them, where with one chunk per thread the caller would wait for it, or do
-    // its chunk too.
-    let threads = pool.threads().max(1);
-    let chunk = items
-        .div_ceil(threads * CHUNKS_PER_THREAD)
-        .max(min_chunk.max(1));
+    let chunk = chunk_len(pool, items, min_chunk);
     let tasks = items.div_ceil(chunk);
     if tasks == 1 {
         return body(0..items);
     }
     parallel_for(pool, tasks, &|t| {
         body(t * chunk..((t + 1) * chunk).min(items))
+    })
+}
+
+/// The items per chunk where `items` are split over `pool`, at least `min_chunk`. Several
+/// chunks per thread: a helper that starts late (a busy or descheduled core) then takes fewer
+/// of them, where with one chunk per thread the caller would wait for it, or do its chunk too.
+fn chunk_len(pool: &dyn Pool, items: usize, min_chunk: usize) -> usize {
+    let threads = pool.threads().max(1);
+    items
+        .div_ceil(threads * CHUNKS_PER_THREAD)
+        .max(min_chunk.max(1))
+}
+
+/// One step of a blocked factorization over the pool with look-ahead: `next()` (the next
+/// panel's columns and that panel, the critical path) as one task from the start, and
+/// `rest(range)` over `0..items` (the other columns) in chunks of at least half a [`PANEL`]
+/// as the others.
+pub fn look_ahead(
+    pool: &dyn Pool,
+    next: &(dyn Fn() -> Result<()> + Sync),
+    items: usize,
+    rest: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
+) -> Result<()> {
+    let chunk = chunk_len(pool, items, PANEL / 2);
+    parallel_for(pool, 1 + items.div_ceil(chunk), &|task| match task {
+        0 => next(),
+        _ => rest((task - 1) * chunk..(task * chunk).min(items)),
     })
 }
 

@@ -5,7 +5,7 @@
 use super::flags::{Flag, Side, Trans};
 use super::matrix::{Batch, InOut};
 use super::parallel::{
-    for_each_chunk, for_each_parallel, one_matrix_over_pool, parallel_chunks, parallel_for, Pool,
+    for_each_chunk, for_each_parallel, look_ahead, one_matrix_over_pool, parallel_chunks, Pool,
     SharedMatrix, SharedMut, PANEL,
 };
 use super::{lapack_int, query_lwork, routine, LapackScalar};
@@ -678,21 +678,17 @@ unsafe fn pooled_qr<T: LapackScalar>(
         let width = PANEL.min(k - start);
         let next = start + width;
         let next_width = PANEL.min(k - next.min(k));
-        // Task 0: the next block's columns, then that block. The others: the columns right
-        // of it, in chunks.
-        let others = cols - next - next_width;
-        let chunk = others.div_ceil(pool.threads().max(1) * 4).max(PANEL / 2);
-        parallel_for(pool, 1 + others.div_ceil(chunk), &|task| unsafe {
-            if task == 0 {
-                reflectors.update(start, next..next + next_width)?;
-                return if next_width > 0 {
-                    reflectors.factor(next, next_width)
-                } else {
-                    Ok(())
-                };
+        // Next: its columns, then the block. The rest: the columns right of it.
+        let next_block = || unsafe {
+            reflectors.update(start, next..next + next_width)?;
+            if next_width > 0 {
+                reflectors.factor(next, next_width)?;
             }
-            let first = next + next_width + (task - 1) * chunk;
-            reflectors.update(start, first..(first + chunk).min(cols))
+            Ok(())
+        };
+        let first = next + next_width;
+        look_ahead(pool, &next_block, cols - first, &|range| unsafe {
+            reflectors.update(start, first + range.start..first + range.end)
         })?;
         start = next;
     }
