@@ -1,20 +1,23 @@
-"""CPU linear algebra, stock jaxlib vs ferrax, side by side in one process.
+"""CPU linear algebra, stock jaxlib vs ferrax (and numpy, torch), each in its own process.
 
 For each op, dtype and n, a batch of n×n matrices sized to about 4 MB is timed through jax
-(jitted, median of repeated calls) first with jaxlib's own lowering, then after
-``ferrax.install()``. Prints a table of times and ratios, writes the numbers to
+(jitted, median of repeated calls) with jaxlib's own lowering in one child process and after
+``ferrax.install()`` in another. Prints a table of times and ratios, writes the numbers to
 ``benches/results/cpu_linalg.json`` and one PNG plot of the speedup per op.
 
     python benches/cpu_linalg.py [--quick] [--ops lu,cholesky,...] [--sizes 4,8] [--dtypes float64]
 
-``--scaling`` also times every case on one core (a child process pinned to the first CPU, so
-XLA's thread pool has one thread) and reports how much each side gains from all the cores.
-
 What a CPU user would pick instead of jax, numpy and torch (when installed), is timed on the
-same inputs in a child process each (``--peers``, default ``numpy,torch``; ``--peers ''`` for
-none), and the table gives ferrax's speedup over the best of stock jax and them. A peer runs
-apart from jax because its threads (OpenMP's spin after each call) would take cores from XLA's
-pool in one process; its times are therefore not interleaved with jax's.
+same inputs the same way (``--peers``, default ``numpy,torch``; ``--peers ''`` for none), and
+the table gives ferrax's speedup over the best of stock jax and them.
+
+Each library runs alone in its process, as it does in a user's: in one process the threads one
+library leaves spinning after a call (OpenBLAS's, OpenMP's) take cores from the next one's. The
+processes run in rounds (``--rounds``), the libraries in a rotated order each round so that the
+host's drifting load falls on all of them, and a case's time is the median over the rounds.
+
+``--scaling`` also times every case on one core (all of it again, pinned to the first CPU, so
+XLA's thread pool has one thread) and reports how much each jax side gains from all the cores.
 """
 
 from __future__ import annotations
@@ -89,9 +92,13 @@ def case_rng(seed, op, dtype, n):
     return np.random.default_rng([seed, zlib.crc32(f"{op}/{np.dtype(dtype).name}/{n}".encode())])
 
 
+#: What a CPU user would pick instead of jax.
+PEERS = ("numpy", "torch")
+
+
 def peer_ops(peer):
     """The peer's function for each op it has (same matrices in, the same factorization out as
-    the jax function of OPS), or None where the peer is not installed."""
+    the jax function of OPS)."""
     if peer == "numpy":
         return {
             "cholesky": np.linalg.cholesky,
@@ -102,10 +109,8 @@ def peer_ops(peer):
             "solve": lambda a: np.linalg.solve(a, a[..., :1]),
         }
     if peer == "torch":
-        try:
-            import torch
-        except ImportError:
-            return None
+        import torch
+
         L = torch.linalg
         return {
             "lu": L.lu_factor,
@@ -117,43 +122,55 @@ def peer_ops(peer):
             "eig": L.eig,
             "solve": lambda a: L.solve(a, a[..., :1]),
         }
-    raise SystemExit(f"cpu_linalg: unknown peer {peer!r} (numpy or torch)")
+    raise AssertionError(peer)
+
+
+#: The two sides of the comparison: jax with jaxlib's lowering, and after ferrax.install().
+JAX_SIDES = ("jaxlib", "ferrax")
+
+
+def case_key(op, dtype, n):
+    return f"{op}/{np.dtype(dtype).name}/{n}"
+
+
+def median_ms(call, repeats):
+    """`call()` once to warm up, then the median of `repeats` timed calls, in ms."""
+    call()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3
+
+
+def jax_results(side, cases, seed, repeats):
+    """One jax side's median time (ms) of each case, and whether jax's lowering reached a
+    ferrax target: {case: {"ms": ..., "routed": ...}}."""
+    if side == "ferrax":
+        ferrax.install()
+    results = {}
+    for op, dtype, n in cases:
+        a = operand(case_rng(seed, op, dtype, n), op, dtype, batch_size(dtype, n), n)
+        lowered = jax.jit(OPS[op]).lower(a)
+        routed = any(t in lowered.as_text() for t in ferrax.target_names())
+        compiled = lowered.compile()
+        ms = median_ms(lambda: jax.block_until_ready(compiled(a)), repeats)
+        results[case_key(op, dtype, n)] = {"ms": ms, "routed": routed}
+    return results
 
 
 def peer_results(peer, cases, seed, repeats):
-    """The peer's median time (ms) of each case (op, dtype, n) it has: {case: ms}."""
+    """The peer's median time (ms) of each case it has: {case: {"ms": ...}}."""
     ops = peer_ops(peer)
-    if ops is None:
-        return None
     convert = (lambda a: a) if peer == "numpy" else __import__("torch").from_numpy
-    times = {}
+    results = {}
     for op, dtype, n in cases:
         if op not in ops:
             continue
         a = convert(host_operand(case_rng(seed, op, dtype, n), op, dtype, batch_size(dtype, n), n))
-        ops[op](a)
-        samples = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            ops[op](a)
-            samples.append(time.perf_counter() - start)
-        times[f"{op}/{np.dtype(dtype).name}/{n}"] = statistics.median(samples) * 1e3
-    return times
-
-
-def interleaved_ms(fns, arg, repeats):
-    """Times each compiled function in `fns` on `arg`, alternating between them call by call
-    so that both see the same machine state (this host's load drifts), and returns each one's
-    median in ms."""
-    for fn in fns:
-        jax.block_until_ready(fn(arg))
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, samples in zip(fns, times):
-            start = time.perf_counter()
-            jax.block_until_ready(fn(arg))
-            samples.append(time.perf_counter() - start)
-    return [statistics.median(samples) * 1e3 for samples in times]
+        results[case_key(op, dtype, n)] = {"ms": median_ms(lambda: ops[op](a), repeats)}
+    return results
 
 
 def ratio_bars(path, labels, ratios, title, figsize=(7, 4)):
@@ -175,20 +192,28 @@ def ratio_bars(path, labels, ratios, title, figsize=(7, 4)):
     plt.close(fig)
 
 
-def measure(op, dtype, n, repeats, seed):
-    batch = batch_size(dtype, n)
-    a = operand(case_rng(seed, op, dtype, n), op, dtype, batch, n)
-    ferrax.uninstall()
-    stock = jax.jit(OPS[op]).lower(a).compile()
-    ferrax.install()
-    lowered = jax.jit(OPS[op]).lower(a)
-    routed = any(t in lowered.as_text() for t in ferrax.target_names())
-    ours = lowered.compile()
-    ferrax.uninstall()
-    stock_ms, ferrax_ms = interleaved_ms([stock, ours], a, repeats)
-    return {"op": op, "dtype": np.dtype(dtype).name, "n": n, "batch": batch,
-            "jaxlib_ms": stock_ms, "ferrax_ms": ferrax_ms, "speedup": stock_ms / ferrax_ms,
-            "routed": routed}
+def rounds_results(argv, libraries, rounds):
+    """Every library's results from a child process each, `rounds` times over, the libraries
+    rotated round by round: {library: {case: {"ms": median over the rounds, ...}}}."""
+    runs = {library: [] for library in libraries}
+    for r in range(rounds):
+        for library in libraries[r % len(libraries):] + libraries[:r % len(libraries)]:
+            print(f"round {r + 1}/{rounds}: {library}", flush=True)
+            runs[library].append(child_results(argv, library))
+    return {library: {case: {**results[0][case],
+                             "ms": statistics.median(run[case]["ms"] for run in results)}
+                      for case in results[0]}
+            for library, results in runs.items()}
+
+
+def child_results(argv, library):
+    """One library's results from a child process: {case: {"ms": ..., ...}}."""
+    argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--scaling"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / f"{library}.json"
+        subprocess.run([sys.executable, __file__, *argv, "--library", library,
+                        "--json", str(path)], check=True)
+        return json.loads(path.read_text())
 
 
 def plot(results, directory):
@@ -220,7 +245,9 @@ def main(argv=None):
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated n")
     parser.add_argument("--dtypes", default=",".join(np.dtype(d).name for d in DTYPES),
                         help="comma-separated dtype names")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=10, help="timed calls per process")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="processes per library, one after the other round by round")
     parser.add_argument("--scaling", action="store_true",
                         help="also time each case on one core; report the speedup from all cores")
     parser.add_argument("--peers", default="numpy,torch",
@@ -228,38 +255,55 @@ def main(argv=None):
     parser.add_argument("--cores", type=int, help="run on the first CORES CPUs only")
     parser.add_argument("--json", help="where to write the results (default benches/results/)")
     parser.add_argument("--seed", type=int, help="the inputs' seed (default: a fresh one)")
-    parser.add_argument("--peer", help=argparse.SUPPRESS)  # a peer's child process
+    parser.add_argument("--library", help=argparse.SUPPRESS)  # one library's child process
     args = parser.parse_args(argv)
     if args.cores:  # before jax's CPU client exists, so that its thread pool has this size
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
     sizes = tuple(int(n) for n in args.sizes.split(","))
     dtypes = tuple(np.dtype(d).type for d in args.dtypes.split(","))
-    repeats = args.repeats
+    repeats, rounds = args.repeats, args.rounds
     if args.quick:
-        sizes, dtypes, repeats = (8, 64), (np.float64,), 3
-    seed = np.random.SeedSequence().entropy if args.seed is None else args.seed
+        sizes, dtypes, repeats, rounds = (8, 64), (np.float64,), 3, 1
     cases = [(op, dtype, n) for op in args.ops.split(",") for dtype in dtypes for n in sizes]
-    if args.peer:
-        pathlib.Path(args.json).write_text(json.dumps(peer_results(args.peer, cases, seed, repeats)))
+    if args.library:
+        timed = jax_results if args.library in JAX_SIDES else peer_results
+        results = timed(args.library, cases, args.seed, repeats)
+        pathlib.Path(args.json).write_text(json.dumps(results))
         return
-    one_core = one_core_results(argv, args) if args.scaling else {}
-    peers = {peer: times for peer in filter(None, args.peers.split(","))
-             if (times := peer_child(argv, peer, seed)) is not None}
-    results = [measure(op, dtype, n, repeats, seed) for op, dtype, n in cases]
+    # The children's inputs: one seed for all of them, fresh unless given.
+    seed = np.random.SeedSequence().entropy if args.seed is None else args.seed
+    argv = [a for a in (sys.argv[1:] if argv is None else argv)] + ["--seed", str(seed)]
+    one_core = one_core_results(argv) if args.scaling else {}
+    peers = []
+    for peer in filter(None, args.peers.split(",")):
+        if peer not in PEERS:
+            raise SystemExit(f"cpu_linalg: unknown peer {peer!r} ({' or '.join(PEERS)})")
+        if importlib.util.find_spec(peer) is None:
+            print(f"{peer} is not installed: no {peer} column", flush=True)
+        else:
+            peers.append(peer)
+    timed = rounds_results(argv, [*JAX_SIDES, *peers], rounds)
+    results = []
+    for op, dtype, n in cases:
+        key = case_key(op, dtype, n)
+        stock_ms, ferrax_ms = timed["jaxlib"][key]["ms"], timed["ferrax"][key]["ms"]
+        r = {"op": op, "dtype": np.dtype(dtype).name, "n": n, "batch": batch_size(dtype, n),
+             "jaxlib_ms": stock_ms, "ferrax_ms": ferrax_ms, "speedup": stock_ms / ferrax_ms,
+             "routed": timed["ferrax"][key]["routed"]}
+        if (case := (op, r["dtype"], n)) in one_core:
+            r["jaxlib_scaling"] = one_core[case]["jaxlib_ms"] / stock_ms
+            r["ferrax_scaling"] = one_core[case]["ferrax_ms"] / ferrax_ms
+        for peer in peers:
+            r[f"{peer}_ms"] = timed[peer].get(key, {}).get("ms")
+        best = min(t for t in (stock_ms, *(r[f"{p}_ms"] for p in peers)) if t is not None)
+        r["speedup_over_best"] = best / ferrax_ms
+        results.append(r)
 
     cores = len(os.sched_getaffinity(0))
-    for r in results:
-        if (key := (r["op"], r["dtype"], r["n"])) in one_core:
-            r["jaxlib_scaling"] = one_core[key]["jaxlib_ms"] / r["jaxlib_ms"]
-            r["ferrax_scaling"] = one_core[key]["ferrax_ms"] / r["ferrax_ms"]
-        for peer, times in peers.items():
-            r[f"{peer}_ms"] = times.get(f"{r['op']}/{r['dtype']}/{r['n']}")
-        best = min(t for t in (r["jaxlib_ms"], *(r[f"{p}_ms"] for p in peers)) if t is not None)
-        r["speedup_over_best"] = best / r["ferrax_ms"]
-
-    print(f"CPU, {cores} cores, jax {jax.__version__}, jaxlib {jax.lib.__version__}, median of "
-          f"{repeats} interleaved calls (ms)"
-          + "".join(f", {p} {peer_version(p)} in its own process" for p in peers))
+    print(f"CPU, {cores} cores, jax {jax.__version__}, jaxlib {jax.lib.__version__}"
+          + "".join(f", {p} {peer_version(p)}" for p in peers)
+          + f"; each library in its own process, median of {repeats} calls, median of "
+          f"{rounds} rounds (ms)")
     scaling_header = f" {'jaxlib 1→' + str(cores):>11} {'ferrax 1→' + str(cores):>11}" if one_core else ""
     peer_header = "".join(f" {p:>9}" for p in peers) + (f" {'vs best':>8}" if peers else "")
     header = f"{'op':<17} {'dtype':<10} {'n':>4} {'batch':>7} {'jaxlib':>9} {'ferrax':>9} {'speedup':>8}"
@@ -288,24 +332,10 @@ def peer_version(peer):
     return __import__(peer).__version__
 
 
-def peer_child(argv, peer, seed):
-    """The peer's times of the same cases on the same inputs, from a child process:
-    {"op/dtype/n": ms}, or None where the peer is not installed."""
-    if importlib.util.find_spec(peer) is None:
-        print(f"{peer} is not installed: no {peer} column", flush=True)
-        return None
-    argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--scaling"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = pathlib.Path(tmp) / f"{peer}.json"
-        print(f"timing {peer} (child process)", flush=True)
-        subprocess.run([sys.executable, __file__, *argv, "--peer", peer, "--seed", str(seed),
-                        "--json", str(path)], check=True)
-        return json.loads(path.read_text())
-
-
-def one_core_results(argv, args):
-    """The same cases timed by a child process on one core: {(op, dtype, n): result}."""
-    argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--scaling"]
+def one_core_results(argv):
+    """The same cases timed on one core (a child process that runs the whole bench, without
+    peers, pinned to the first CPU): {(op, dtype, n): result}."""
+    argv = [a for a in argv if a != "--scaling"]
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "one_core.json"
         print("timing every case on one core first (child process)", flush=True)
