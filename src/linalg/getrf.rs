@@ -296,18 +296,33 @@ unsafe fn swap_rows<T>(
     start: usize,
     pivots: &[i32],
 ) {
-    let swap = |c: usize, i: usize, p: i32| {
-        std::ptr::swap(matrix.at(start + i, c), matrix.at(p as usize - 1, c))
-    };
-    // Along the matrix's memory: row by row where a row's elements are adjacent.
+    if columns.is_empty() {
+        return;
+    }
+    let rows = pivots
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| (start + i, p as usize - 1))
+        .filter(|(row, pivot)| row != pivot);
     let [row_stride, col_stride] = matrix.strides();
-    if col_stride < row_stride {
-        for (i, &p) in pivots.iter().enumerate() {
-            columns.clone().for_each(|c| swap(c, i, p));
+    if col_stride == 1 {
+        // A row's elements are adjacent: whole row segments at once.
+        let (first, len) = (columns.start, columns.len());
+        for (row, pivot) in rows {
+            std::ptr::swap_nonoverlapping(matrix.at(row, first), matrix.at(pivot, first), len);
+        }
+    } else if col_stride < row_stride {
+        // Along the matrix's memory: row by row.
+        for (row, pivot) in rows {
+            for c in columns.clone() {
+                std::ptr::swap(matrix.at(row, c), matrix.at(pivot, c));
+            }
         }
     } else {
         for c in columns {
-            pivots.iter().enumerate().for_each(|(i, &p)| swap(c, i, p));
+            for (row, pivot) in rows.clone() {
+                std::ptr::swap(matrix.at(row, c), matrix.at(pivot, c));
+            }
         }
     }
 }
