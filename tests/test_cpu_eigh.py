@@ -116,11 +116,17 @@ def test_above_the_rust_solver_matches_lapack(install, dtype):
     assert_matches((w, v), ref, dtype)
 
 
+# The orders of ferrax's paths: its Rust solver; LAPACK for real matrices and faer for
+# complex ones; faer for every dtype in a batch of at least as many matrices as threads (up to
+# 4), LAPACK where faer cannot take a matrix (not finite, or past LAPACK's scaling thresholds).
+ORDERS = {"rust-solver": 7, "mid": 40, "large": 300}
+
+
+@pytest.mark.parametrize("n", ORDERS.values(), ids=ORDERS.keys())
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
-def test_reconstruction(install, dtype, lower):
+def test_reconstruction(install, dtype, lower, n):
     install()
-    n = 7
     a = random_matrix((2, 2, n, n), dtype, np.random.default_rng())
     v, w = jax.lax.linalg.eigh(a, lower=lower, symmetrize_input=False)
     v, w = np.asarray(v), np.asarray(w)
@@ -163,10 +169,12 @@ def difficult_matrices(dtype, rng, n=6):
     with_inf[0, 0] = np.inf
     # Below xSYEVD's scaling threshold, yet normal numbers: XLA runs with denormals flushed.
     tiny = hermitian((n, n), dtype, rng) * (np.finfo(dtype).tiny / np.finfo(dtype).eps)
-    return np.stack([rank_one, graded, with_nan, with_inf, tiny]).astype(dtype)
+    # Above xSYEVD's other scaling threshold, yet far from overflow.
+    huge = hermitian((n, n), dtype, rng) * np.sqrt(np.finfo(dtype).max) / n
+    return np.stack([rank_one, graded, with_nan, with_inf, tiny, huge]).astype(dtype)
 
 
-@pytest.mark.parametrize("n", [6, 40], ids=["rust-solver", "lapack"])
+@pytest.mark.parametrize("n", ORDERS.values(), ids=ORDERS.keys())
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
 def test_difficult_inputs_match_stock(install, dtype, n):
     a = difficult_matrices(dtype, np.random.default_rng(), n)
@@ -176,15 +184,15 @@ def test_difficult_inputs_match_stock(install, dtype, n):
     got = [np.asarray(g) for g in fn(a)]
     for g, r in zip(got, ref):
         assert g.shape == r.shape and g.dtype == r.dtype
-        assert np.isfinite(g[[0, 1, 4]]).all()  # the finite inputs; NaN and Inf ones below
+        assert np.isfinite(g[[0, 1, 4, 5]]).all()  # the finite inputs; NaN and Inf ones below
     # NaN: jax marks the matrix failed, or LAPACK propagates NaN; the infinite element makes
     # LAPACK scale by zero, so every eigenvalue is NaN.
     assert np.isnan(got[1][2]).any() and np.isnan(got[1][3]).all()
-    # The finite ones (rank one, graded over 30 orders of magnitude, tiny), to a tolerance
+    # The finite ones (rank one, graded over 30 orders of magnitude, tiny, huge), to a tolerance
     # relative to each matrix's norm: their eigenvectors are not unique or not well determined,
     # so these are checked by reconstruction rather than against stock's.
     v, w = got
-    for b in (0, 1, 4):
+    for b in (0, 1, 4, 5):
         h = np.tril(a[b]) + np.conj(np.tril(a[b], -1).T)
         norm = np.abs(h).max()  # divided out first: the tiny matrix's products underflow
         tol = tolerance(dtype, n)
@@ -219,11 +227,24 @@ def raw_call(x, w_dtype=None, **attrs):
     return jax.ffi.ffi_call(TARGET, results)(x, **attrs)
 
 
-def test_raw_call_mode_n_gives_eigenvalues():
-    a = hermitian((3, 5, 5), np.float64, np.random.default_rng())
-    _, w, info = raw_call(a, mode=np.uint8(ord("N")))
+@pytest.mark.parametrize("n", ORDERS.values(), ids=ORDERS.keys())
+@pytest.mark.parametrize("uplo", "LU")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+def test_raw_call_mode_n_gives_eigenvalues(dtype, uplo, n):
+    # Only the `uplo` triangle counts: the other is noise. (The target reads the row-major
+    # array column-major, as jax's lowering lays it out: its lower triangle is our upper one,
+    # that of conj(h), whose eigenvalues are h's.)
+    h = hermitian((4, n, n), dtype, np.random.default_rng())
+    noise = random_matrix(h.shape, dtype, np.random.default_rng())
+    keep = np.triu if uplo == "L" else np.tril
+    a = keep(h) + (noise - keep(noise))
+    _, w, info = raw_call(a, uplo=np.uint8(ord(uplo)), mode=np.uint8(ord("N")))
     np.testing.assert_array_equal(info, 0)
-    np.testing.assert_allclose(w, np.linalg.eigvalsh(a), atol=1e-12 * np.abs(a).max())
+    # Backward stable: within c n eps ||A||_2 of the exact eigenvalues (Weyl), as LAPACK's.
+    norm = np.linalg.norm(h.astype(np.complex128), 2, axis=(-2, -1))[:, None]
+    want = np.stack([scipy.linalg.eigvalsh(m) for m in h])
+    error = np.abs(np.asarray(w, np.float64) - want)
+    assert (error <= tolerance(dtype, n) * norm).all(), (error.max(axis=-1), norm)
 
 
 @pytest.mark.parametrize(
