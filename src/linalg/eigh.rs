@@ -221,8 +221,10 @@ fn faer_eigh<T: Evd>(
     w: &mut [Real<T>],
     scratch: &mut FaerScratch<T>,
 ) -> bool {
-    // LAPACK's `?syevd` scales the matrix where its largest element lies outside
-    // [sqrt(safmin/eps), sqrt(eps/safmin)].
+    // LAPACK's `?syevd` scales the matrix where its largest element's modulus lies outside
+    // [sqrt(safmin/eps), sqrt(eps/safmin)]. Measured here by |re| + |im| (no square root), up
+    // to √2 above the modulus: a complex matrix just below the upper threshold goes to LAPACK,
+    // which does not scale it; one up to √2 below the lower one stays with faer.
     let (safmin, eps) = if std::mem::size_of::<Real<T>>() == 4 {
         (f32::MIN_POSITIVE as f64, f32::EPSILON as f64 / 2.0)
     } else {
