@@ -3,6 +3,7 @@
 //! that a core reads its operands where they are and stages a matrix only where its algorithm
 //! needs another layout.
 
+use super::transpose::transpose;
 use crate::error::Result;
 use crate::memory;
 pub use ferrax_kernels::small::simd::Layout;
@@ -182,6 +183,9 @@ impl<T: Copy> Batch<T> {
                 let column = std::slice::from_raw_parts(src.add(j * self.col_stride), rows);
                 dst[j * rows..(j + 1) * rows].copy_from_slice(column);
             }
+        } else if self.col_stride == 1 {
+            assert!(dst.len() >= rows * cols);
+            transpose(src, self.row_stride, dst.as_mut_ptr(), rows, rows, cols);
         } else {
             // Tiles keep the strided side in cache.
             for_tiles(rows, cols, |i, j| {
@@ -205,6 +209,10 @@ impl<T: Copy> Batch<T> {
                 let column = std::slice::from_raw_parts_mut(dst.add(j * self.col_stride), rows);
                 column.copy_from_slice(&src[j * rows..(j + 1) * rows]);
             }
+        } else if self.col_stride == 1 {
+            // `src` read as the row-major cols × rows matrix it also is.
+            assert!(src.len() >= rows * cols);
+            transpose(src.as_ptr(), rows, dst, self.row_stride, cols, rows);
         } else {
             for_tiles(rows, cols, |i, j| {
                 *dst.add(i * self.row_stride + j * self.col_stride) = src[j * rows + i]

@@ -6,6 +6,7 @@
 pub mod flags;
 pub mod matrix;
 pub mod parallel;
+pub mod transpose;
 
 pub mod coo;
 pub mod eig;
