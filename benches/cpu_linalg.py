@@ -133,9 +133,21 @@ def case_key(op, dtype, n):
     return f"{op}/{np.dtype(dtype).name}/{n}"
 
 
+#: Warm-up before timing: at least this many calls and this long (s), at most WARM_MAX calls.
+WARM_CALLS, WARM_SECONDS, WARM_MAX = 3, 0.25, 30
+
+
 def median_ms(call, repeats):
-    """`call()` once to warm up, then the median of `repeats` timed calls, in ms."""
-    call()
+    """The median of `repeats` timed calls of `call()`, in ms, after a warm-up to steady state.
+
+    A process's first calls on a new array size take fresh pages for their multi-MB buffers
+    (the allocator gives freed ones back to the system until its thresholds adapt: six calls
+    of a 4 MB LU here), about 1 ms per 4 MB on this machine, a third of a 2 ms call; a user's
+    loop pays that once. After one warm-up call, most of the timed calls still paid it."""
+    start, calls = time.perf_counter(), 0
+    while calls < WARM_MAX and (calls < WARM_CALLS or time.perf_counter() - start < WARM_SECONDS):
+        call()
+        calls += 1
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
