@@ -20,24 +20,18 @@ pub unsafe fn transpose<T: Copy>(
     cols: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
-    {
-        let (src_bytes, dst_bytes) = (src.cast::<u8>(), dst.cast::<u8>());
-        let (done_rows, done_cols) = match std::mem::size_of::<T>() {
-            4 => x86::blocks::<x86::Sse4x4>(src_bytes, src_ld, dst_bytes, dst_ld, rows, cols),
-            8 if std::is_x86_feature_detected!("avx") => {
-                x86::blocks_avx::<x86::Avx4x4Of64>(src_bytes, src_ld, dst_bytes, dst_ld, rows, cols)
-            }
-            8 => x86::blocks::<x86::Sse2x2Of64>(src_bytes, src_ld, dst_bytes, dst_ld, rows, cols),
-            16 if std::is_x86_feature_detected!("avx") => x86::blocks_avx::<x86::Avx2x2Of128>(
-                src_bytes, src_ld, dst_bytes, dst_ld, rows, cols,
-            ),
-            _ => (0, 0),
-        };
-        edges(src, src_ld, dst, dst_ld, rows, cols, done_rows, done_cols);
-        return;
-    }
-    #[allow(unreachable_code)]
-    edges(src, src_ld, dst, dst_ld, rows, cols, 0, 0)
+    let (done_rows, done_cols) = x86::leading_blocks(
+        std::mem::size_of::<T>(),
+        src.cast(),
+        src_ld,
+        dst.cast(),
+        dst_ld,
+        rows,
+        cols,
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let (done_rows, done_cols) = (0, 0);
+    edges(src, src_ld, dst, dst_ld, rows, cols, done_rows, done_cols);
 }
 
 /// The elements outside the leading `done_rows × done_cols` block, one by one.
@@ -65,7 +59,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     /// A square block of `SIDE × SIDE` elements of `BYTES` each, transposed in registers.
-    pub trait Block {
+    trait Block {
         const SIDE: usize;
         const BYTES: usize;
         /// # Safety
@@ -74,10 +68,32 @@ mod x86 {
         unsafe fn transpose(src: *const u8, src_ld: usize, dst: *mut u8, dst_ld: usize);
     }
 
+    /// The leading blocks of whole kernel blocks for `bytes`-byte elements (none where no
+    /// kernel takes that size); returns how many rows and columns they cover.
+    pub unsafe fn leading_blocks(
+        bytes: usize,
+        src: *const u8,
+        src_ld: usize,
+        dst: *mut u8,
+        dst_ld: usize,
+        rows: usize,
+        cols: usize,
+    ) -> (usize, usize) {
+        let avx = std::is_x86_feature_detected!("avx");
+        let blocks = match (bytes, avx) {
+            (4, _) => blocks::<Sse4x4>,
+            (8, false) => blocks::<Sse2x2Of64>,
+            (8, true) => blocks_avx::<Avx4x4Of64>,
+            (16, true) => blocks_avx::<Avx2x2Of128>,
+            _ => return (0, 0),
+        };
+        blocks(src, src_ld, dst, dst_ld, rows, cols)
+    }
+
     /// The leading blocks of whole `B`s, tile by tile; returns how many rows and columns that
     /// covers.
     #[inline(always)]
-    pub unsafe fn blocks<B: Block>(
+    unsafe fn blocks<B: Block>(
         src: *const u8,
         src_ld: usize,
         dst: *mut u8,
@@ -92,12 +108,11 @@ mod x86 {
             let tile_end = (i0 + TILE_ROWS).min(rows);
             for j in (0..cols).step_by(side) {
                 for i in (i0..tile_end).step_by(side) {
-                    B::transpose(
+                    let (from, to) = (
                         src.add(i * src_ld + j * bytes),
-                        src_ld,
                         dst.add(j * dst_ld + i * bytes),
-                        dst_ld,
                     );
+                    B::transpose(from, src_ld, to, dst_ld);
                 }
             }
         }
@@ -106,7 +121,7 @@ mod x86 {
 
     /// [`blocks`] compiled with AVX enabled, so that `B`'s AVX kernel inlines into the loop.
     #[target_feature(enable = "avx")]
-    pub unsafe fn blocks_avx<B: Block>(
+    unsafe fn blocks_avx<B: Block>(
         src: *const u8,
         src_ld: usize,
         dst: *mut u8,
@@ -117,78 +132,69 @@ mod x86 {
         blocks::<B>(src, src_ld, dst, dst_ld, rows, cols)
     }
 
-    /// 4 × 4 of 4-byte elements (f32): SSE's classic shuffle transposition.
-    pub struct Sse4x4;
-    impl Block for Sse4x4 {
-        const SIDE: usize = 4;
-        const BYTES: usize = 4;
-        #[inline(always)]
-        unsafe fn transpose(src: *const u8, src_ld: usize, dst: *mut u8, dst_ld: usize) {
-            let r = |k: usize| _mm_loadu_ps(src.add(k * src_ld).cast());
-            let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
+    /// Declares a [`Block`] kernel: `load(k)` reads row `k` of the block into a register,
+    /// `store(k, v)` writes `v` as its column `k`, and the body shuffles between them.
+    macro_rules! block {
+        ($(#[$doc:meta])* $name:ident: $side:literal of $bytes:literal bytes,
+         $load:ident => $load_fn:ident, $store:ident => $store_fn:ident, $body:block) => {
+            $(#[$doc])*
+            struct $name;
+            impl Block for $name {
+                const SIDE: usize = $side;
+                const BYTES: usize = $bytes;
+                #[inline(always)]
+                unsafe fn transpose(src: *const u8, src_ld: usize, dst: *mut u8, dst_ld: usize) {
+                    let $load = |k: usize| $load_fn(src.add(k * src_ld).cast());
+                    let $store = |k: usize, v| $store_fn(dst.add(k * dst_ld).cast(), v);
+                    $body
+                }
+            }
+        };
+    }
+
+    block!(
+        /// 4-byte elements (f32): SSE's classic shuffle transposition.
+        Sse4x4: 4 of 4 bytes, load => _mm_loadu_ps, store => _mm_storeu_ps, {
+            let (r0, r1, r2, r3) = (load(0), load(1), load(2), load(3));
             let (t0, t1) = (_mm_unpacklo_ps(r0, r1), _mm_unpacklo_ps(r2, r3));
             let (t2, t3) = (_mm_unpackhi_ps(r0, r1), _mm_unpackhi_ps(r2, r3));
-            let w = |k: usize, v| _mm_storeu_ps(dst.add(k * dst_ld).cast(), v);
-            w(0, _mm_movelh_ps(t0, t1));
-            w(1, _mm_movehl_ps(t1, t0));
-            w(2, _mm_movelh_ps(t2, t3));
-            w(3, _mm_movehl_ps(t3, t2));
+            store(0, _mm_movelh_ps(t0, t1));
+            store(1, _mm_movehl_ps(t1, t0));
+            store(2, _mm_movelh_ps(t2, t3));
+            store(3, _mm_movehl_ps(t3, t2));
         }
-    }
+    );
 
-    /// 2 × 2 of 8-byte elements (f64, c64) with SSE2, for CPUs without AVX.
-    pub struct Sse2x2Of64;
-    impl Block for Sse2x2Of64 {
-        const SIDE: usize = 2;
-        const BYTES: usize = 8;
-        #[inline(always)]
-        unsafe fn transpose(src: *const u8, src_ld: usize, dst: *mut u8, dst_ld: usize) {
-            let (r0, r1) = (
-                _mm_loadu_pd(src.cast()),
-                _mm_loadu_pd(src.add(src_ld).cast()),
-            );
-            _mm_storeu_pd(dst.cast(), _mm_unpacklo_pd(r0, r1));
-            _mm_storeu_pd(dst.add(dst_ld).cast(), _mm_unpackhi_pd(r0, r1));
+    block!(
+        /// 8-byte elements (f64, c64) with SSE2, for CPUs without AVX.
+        Sse2x2Of64: 2 of 8 bytes, load => _mm_loadu_pd, store => _mm_storeu_pd, {
+            let (r0, r1) = (load(0), load(1));
+            store(0, _mm_unpacklo_pd(r0, r1));
+            store(1, _mm_unpackhi_pd(r0, r1));
         }
-    }
+    );
 
-    /// 4 × 4 of 8-byte elements (f64, c64) with AVX.
-    pub struct Avx4x4Of64;
-    impl Block for Avx4x4Of64 {
-        const SIDE: usize = 4;
-        const BYTES: usize = 8;
-        #[inline(always)]
-        unsafe fn transpose(src: *const u8, src_ld: usize, dst: *mut u8, dst_ld: usize) {
-            let r = |k: usize| _mm256_loadu_pd(src.add(k * src_ld).cast());
-            let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
+    block!(
+        /// 8-byte elements (f64, c64) with AVX.
+        Avx4x4Of64: 4 of 8 bytes, load => _mm256_loadu_pd, store => _mm256_storeu_pd, {
+            let (r0, r1, r2, r3) = (load(0), load(1), load(2), load(3));
             let (t0, t1) = (_mm256_unpacklo_pd(r0, r1), _mm256_unpackhi_pd(r0, r1));
             let (t2, t3) = (_mm256_unpacklo_pd(r2, r3), _mm256_unpackhi_pd(r2, r3));
-            let w = |k: usize, v| _mm256_storeu_pd(dst.add(k * dst_ld).cast(), v);
-            w(0, _mm256_permute2f128_pd::<0x20>(t0, t2));
-            w(1, _mm256_permute2f128_pd::<0x20>(t1, t3));
-            w(2, _mm256_permute2f128_pd::<0x31>(t0, t2));
-            w(3, _mm256_permute2f128_pd::<0x31>(t1, t3));
+            store(0, _mm256_permute2f128_pd::<0x20>(t0, t2));
+            store(1, _mm256_permute2f128_pd::<0x20>(t1, t3));
+            store(2, _mm256_permute2f128_pd::<0x31>(t0, t2));
+            store(3, _mm256_permute2f128_pd::<0x31>(t1, t3));
         }
-    }
+    );
 
-    /// 2 × 2 of 16-byte elements (c128) with AVX.
-    pub struct Avx2x2Of128;
-    impl Block for Avx2x2Of128 {
-        const SIDE: usize = 2;
-        const BYTES: usize = 16;
-        #[inline(always)]
-        unsafe fn transpose(src: *const u8, src_ld: usize, dst: *mut u8, dst_ld: usize) {
-            let (r0, r1) = (
-                _mm256_loadu_pd(src.cast()),
-                _mm256_loadu_pd(src.add(src_ld).cast()),
-            );
-            _mm256_storeu_pd(dst.cast(), _mm256_permute2f128_pd::<0x20>(r0, r1));
-            _mm256_storeu_pd(
-                dst.add(dst_ld).cast(),
-                _mm256_permute2f128_pd::<0x31>(r0, r1),
-            );
+    block!(
+        /// 16-byte elements (c128) with AVX.
+        Avx2x2Of128: 2 of 16 bytes, load => _mm256_loadu_pd, store => _mm256_storeu_pd, {
+            let (r0, r1) = (load(0), load(1));
+            store(0, _mm256_permute2f128_pd::<0x20>(r0, r1));
+            store(1, _mm256_permute2f128_pd::<0x31>(r0, r1));
         }
-    }
+    );
 }
 
 #[cfg(test)]
