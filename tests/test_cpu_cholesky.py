@@ -72,8 +72,8 @@ def test_matches_stock(n, symmetrize, dtype, random_matrix, assert_close):
 @pytest.mark.parametrize("case", ["regular", "fails", "nan", "inf_last"])
 @pytest.mark.parametrize("batch, n", [(1, 128), (1, 200), (2, 300)], ids=str)
 def test_one_matrix_over_the_threads(batch, n, case, dtype, random_matrix, assert_close):
-    """From 128 with fewer matrices than threads, and past 256 always, each matrix over the
-    pool by steps of 64 columns (faer's Cholesky of the diagonal block, then the solve below it
+    """From 128 with fewer matrices than threads (past 2048 with any; 2×300: a task each where
+    the pool has two threads), each matrix over the pool by steps of 64 columns (faer's Cholesky of the diagonal block, then the solve below it
     and the update right of it in blocks, one task each). A pivot that is not positive in the
     third step, a NaN, or an infinite last pivot (faer stops, LAPACK factors on from the start)
     give stock jax's result (OpenBLAS's potrf does not test for NaN: NaN in the rows it

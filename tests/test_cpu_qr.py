@@ -124,12 +124,12 @@ def test_one_call_qr_is_the_separate_targets_bit_for_bit(install, shape, full_ma
 
 
 @pytest.mark.parametrize("full_matrices", [True, False], ids=["full", "reduced"])
-# (4, 300, 20): past 256 rows but with 20 reflectors, a batch: a task per matrix still.
+# (4, 300, 20): 300 rows but 20 reflectors, a batch: a task per matrix.
 @pytest.mark.parametrize("shape", [(1, 200, 200), (1, 300, 130), (1, 130, 300), (2, 300, 300),
                                    (4, 300, 20)], ids=lambda s: "x".join(map(str, s)))
 def test_one_matrix_over_the_threads(install, shape, full_matrices, dtype):
-    """Past 256 (and from 128 with fewer matrices than threads), each matrix of ferrax_qr over
-    the pool: LAPACK's geqrf per block of 64 columns, the block's triangular factor (as
+    """From 128 with fewer matrices than threads (past 2048 reflectors with any; 2×300×300: a
+    task each where the pool has two threads), each matrix of ferrax_qr over the pool: LAPACK's geqrf per block of 64 columns, the block's triangular factor (as
     ?larft), Qᴴ applied to the columns right of it in column blocks while the next block is
     factored, then Q formed in column blocks. The Householder convention is LAPACK's, so R and
     Q are stock jax's to rounding; with a zero column in the third block (rank-deficient) too.

@@ -282,7 +282,7 @@ def _getrf_in_layout(target, a):
     return lu, np.asarray(got[1]) - 1, np.asarray(got[2])
 
 
-# (4, 300, 20): tall, past 256 rows but with 20 pivots, a batch: a task per matrix still.
+# (4, 300, 20): tall, 300 rows but 20 pivots, a batch: a task per matrix.
 @pytest.mark.parametrize("shape", [(9, 17, 17), (6, 25, 25), (5, 33, 33), (4, 40, 33), (4, 33, 40),
                                    (5, 100, 100), (4, 256, 256), (4, 300, 20)], ids=str)
 @pytest.mark.parametrize("target", ["ferrax_getrf", "ferrax_getrf_row_major"])
@@ -323,8 +323,8 @@ def test_mid_sizes_against_lapack(shape, target, dtype, random_matrix):
                          ids=str)
 @pytest.mark.parametrize("target", ["ferrax_getrf", "ferrax_getrf_row_major"])
 def test_one_matrix_over_the_threads(shape, target, defect, dtype, random_matrix):
-    """Past 256 (and from 128 with fewer matrices than threads), each matrix in place over the
-    pool, by panels of 64 columns: faer's LU of a panel, then the other columns' swaps, solve
+    """From 128 with fewer matrices than threads (past 2048 pivots with any), each matrix in
+    place over the pool (2×300×300: a task each where the pool has two threads), by panels of 64 columns: faer's LU of a panel, then the other columns' swaps, solve
     and update in column blocks. A zero column (U's pivot exactly zero there: info, the column
     of L unscaled) in the first or third panel, or a NaN, hands the trailing matrix from that
     panel on to LAPACK. Against SciPy's getrf called directly and by reconstruction, square,
