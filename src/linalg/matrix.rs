@@ -3,7 +3,7 @@
 //! that a core reads its operands where they are and stages a matrix only where its algorithm
 //! needs another layout.
 
-use super::transpose::transpose;
+use super::transpose::{transpose, Transposition};
 use crate::error::Result;
 use crate::memory;
 pub use ferrax_kernels::small::simd::Layout;
@@ -185,7 +185,14 @@ impl<T: Copy> Batch<T> {
             }
         } else if self.col_stride == 1 {
             assert!(dst.len() >= rows * cols);
-            transpose(src, self.row_stride, dst.as_mut_ptr(), rows, rows, cols);
+            transpose(Transposition {
+                src,
+                src_ld: self.row_stride,
+                dst: dst.as_mut_ptr(),
+                dst_ld: rows,
+                rows,
+                cols,
+            });
         } else {
             // Tiles keep the strided side in cache.
             for_tiles(rows, cols, |i, j| {
@@ -212,7 +219,14 @@ impl<T: Copy> Batch<T> {
         } else if self.col_stride == 1 {
             // `src` read as the row-major cols × rows matrix it also is.
             assert!(src.len() >= rows * cols);
-            transpose(src.as_ptr(), rows, dst, self.row_stride, cols, rows);
+            transpose(Transposition {
+                src: src.as_ptr(),
+                src_ld: rows,
+                dst,
+                dst_ld: self.row_stride,
+                rows: cols,
+                cols: rows,
+            });
         } else {
             for_tiles(rows, cols, |i, j| {
                 *dst.add(i * self.row_stride + j * self.col_stride) = src[j * rows + i]

@@ -6,45 +6,36 @@
 /// Rows of the source that one pass keeps in L1 while its columns are written out in strips.
 const TILE_ROWS: usize = 64;
 
-/// Writes `dst[j * dst_ld + i] = src[i * src_ld + j]` for `i < rows`, `j < cols`: the
-/// row-major `src` to the column-major `dst` (equally, column-major to row-major).
+/// One matrix to transpose: `dst[j * dst_ld + i] = src[i * src_ld + j]` for `i < rows`,
+/// `j < cols`, the row-major `src` to the column-major `dst` (equally, column-major to
+/// row-major); leading dimensions in elements.
+#[derive(Clone, Copy)]
+pub struct Transposition<T> {
+    pub src: *const T,
+    pub src_ld: usize,
+    pub dst: *mut T,
+    pub dst_ld: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// Writes every element of the transposition.
 ///
 /// # Safety
 /// `src` is readable at those offsets, `dst` writable at those, and the two do not overlap.
-pub unsafe fn transpose<T: Copy>(
-    src: *const T,
-    src_ld: usize,
-    dst: *mut T,
-    dst_ld: usize,
-    rows: usize,
-    cols: usize,
-) {
+pub unsafe fn transpose<T: Copy>(whole: Transposition<T>) {
     #[cfg(target_arch = "x86_64")]
-    let (done_rows, done_cols) = x86::leading_blocks(
-        std::mem::size_of::<T>(),
-        src.cast(),
+    let (done_rows, done_cols) = x86::leading_blocks(whole);
+    #[cfg(not(target_arch = "x86_64"))]
+    let (done_rows, done_cols) = (0, 0);
+    let Transposition {
+        src,
         src_ld,
-        dst.cast(),
+        dst,
         dst_ld,
         rows,
         cols,
-    );
-    #[cfg(not(target_arch = "x86_64"))]
-    let (done_rows, done_cols) = (0, 0);
-    edges(src, src_ld, dst, dst_ld, rows, cols, done_rows, done_cols);
-}
-
-/// The elements outside the leading `done_rows × done_cols` block, one by one.
-unsafe fn edges<T: Copy>(
-    src: *const T,
-    src_ld: usize,
-    dst: *mut T,
-    dst_ld: usize,
-    rows: usize,
-    cols: usize,
-    done_rows: usize,
-    done_cols: usize,
-) {
+    } = whole;
     for i in 0..rows {
         let from = if i < done_rows { done_cols } else { 0 };
         for j in from..cols {
@@ -55,7 +46,7 @@ unsafe fn edges<T: Copy>(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::TILE_ROWS;
+    use super::{Transposition, TILE_ROWS};
     use std::arch::x86_64::*;
 
     /// A square block of `SIDE × SIDE` elements of `BYTES` each, transposed in registers.
@@ -68,42 +59,28 @@ mod x86 {
         unsafe fn transpose(src: *const u8, src_ld: usize, dst: *mut u8, dst_ld: usize);
     }
 
-    /// The leading blocks of whole kernel blocks for `bytes`-byte elements (none where no
-    /// kernel takes that size); returns how many rows and columns they cover.
-    pub unsafe fn leading_blocks(
-        bytes: usize,
-        src: *const u8,
-        src_ld: usize,
-        dst: *mut u8,
-        dst_ld: usize,
-        rows: usize,
-        cols: usize,
-    ) -> (usize, usize) {
+    /// The leading blocks of whole kernel blocks for `T` (none where no kernel takes its
+    /// size); returns how many rows and columns they cover.
+    pub unsafe fn leading_blocks<T>(whole: Transposition<T>) -> (usize, usize) {
         let avx = std::is_x86_feature_detected!("avx");
-        let blocks = match (bytes, avx) {
-            (4, _) => blocks::<Sse4x4>,
-            (8, false) => blocks::<Sse2x2Of64>,
-            (8, true) => blocks_avx::<Avx4x4Of64>,
-            (16, true) => blocks_avx::<Avx2x2Of128>,
+        let blocks = match (std::mem::size_of::<T>(), avx) {
+            (4, _) => blocks::<T, Sse4x4>,
+            (8, false) => blocks::<T, Sse2x2Of64>,
+            (8, true) => blocks_avx::<T, Avx4x4Of64>,
+            (16, true) => blocks_avx::<T, Avx2x2Of128>,
             _ => return (0, 0),
         };
-        blocks(src, src_ld, dst, dst_ld, rows, cols)
+        blocks(whole)
     }
 
     /// The leading blocks of whole `B`s, tile by tile; returns how many rows and columns that
     /// covers.
     #[inline(always)]
-    unsafe fn blocks<B: Block>(
-        src: *const u8,
-        src_ld: usize,
-        dst: *mut u8,
-        dst_ld: usize,
-        rows: usize,
-        cols: usize,
-    ) -> (usize, usize) {
+    unsafe fn blocks<T, B: Block>(whole: Transposition<T>) -> (usize, usize) {
         let (side, bytes) = (B::SIDE, B::BYTES);
-        let (rows, cols) = (rows / side * side, cols / side * side);
-        let (src_ld, dst_ld) = (src_ld * bytes, dst_ld * bytes);
+        let (rows, cols) = (whole.rows / side * side, whole.cols / side * side);
+        let (src, dst) = (whole.src.cast::<u8>(), whole.dst.cast::<u8>());
+        let (src_ld, dst_ld) = (whole.src_ld * bytes, whole.dst_ld * bytes);
         for i0 in (0..rows).step_by(TILE_ROWS) {
             let tile_end = (i0 + TILE_ROWS).min(rows);
             for j in (0..cols).step_by(side) {
@@ -121,15 +98,8 @@ mod x86 {
 
     /// [`blocks`] compiled with AVX enabled, so that `B`'s AVX kernel inlines into the loop.
     #[target_feature(enable = "avx")]
-    unsafe fn blocks_avx<B: Block>(
-        src: *const u8,
-        src_ld: usize,
-        dst: *mut u8,
-        dst_ld: usize,
-        rows: usize,
-        cols: usize,
-    ) -> (usize, usize) {
-        blocks::<B>(src, src_ld, dst, dst_ld, rows, cols)
+    unsafe fn blocks_avx<T, B: Block>(whole: Transposition<T>) -> (usize, usize) {
+        blocks::<T, B>(whole)
     }
 
     /// Declares a [`Block`] kernel: `load(k)` reads row `k` of the block into a register,
@@ -222,7 +192,16 @@ mod tests {
                 let src: Vec<T> = (0..rows * src_ld).map(&value).collect();
                 let dst_ld = rows + 1;
                 let mut dst = vec![value(usize::MAX); cols * dst_ld];
-                unsafe { transpose(src.as_ptr(), src_ld, dst.as_mut_ptr(), dst_ld, rows, cols) };
+                unsafe {
+                    transpose(Transposition {
+                        src: src.as_ptr(),
+                        src_ld,
+                        dst: dst.as_mut_ptr(),
+                        dst_ld,
+                        rows,
+                        cols,
+                    })
+                };
                 for i in 0..rows {
                     for j in 0..cols {
                         assert_eq!(
