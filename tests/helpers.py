@@ -260,9 +260,9 @@ def tridiagonal_matrix(dl, d, du):
 
 
 def triton_like_call(opaque: bytes, **attributes):
-    """A jitted ``f(x, y) -> out`` (``out`` shaped as ``x``) that lowers for CUDA as jax-triton's
-    ``triton_call`` does: its rule calls ``jax.ffi.ffi_lowering`` with jaxlib's Triton target,
-    the payload and ``attributes``."""
+    """A jitted ``f(x, *more) -> out`` (``out`` shaped as ``x``) that lowers for CUDA as
+    jax-triton's ``triton_call`` does: its rule calls ``jax.ffi.ffi_lowering`` with jaxlib's
+    Triton target, the payload and ``attributes``."""
     from jax.interpreters import mlir
 
     try:
@@ -271,11 +271,11 @@ def triton_like_call(opaque: bytes, **attributes):
         from jax.core import Primitive
 
     primitive = Primitive("triton_like_call")
-    primitive.def_abstract_eval(lambda x, y: jax.core.ShapedArray(x.shape, x.dtype))
+    primitive.def_abstract_eval(lambda x, *more: jax.core.ShapedArray(x.shape, x.dtype))
 
-    def lowering(ctx, x, y):
+    def lowering(ctx, *operands):
         rule = jax.ffi.ffi_lowering("triton_kernel_call", api_version=4)
-        return rule(ctx, x, y, opaque=opaque, **attributes)
+        return rule(ctx, *operands, opaque=opaque, **attributes)
 
     mlir.register_lowering(primitive, lowering, platform="cuda")
     return jax.jit(primitive.bind)

@@ -1,7 +1,8 @@
 """Compiled-kernel calls on a CUDA device: ``ferrax_triton_kernel_call`` (jax-triton's lowering
-of Triton's ``scaled_add``, real Triton 3.9 PTX for sm_90 in ``tests/data``, run through ferrax's
-target after install() and through jaxlib's without) and ``ferrax_kernel_call`` (the example
-Rust kernel, ``examples/rust-kernel``), against NumPy. Skips without a GPU (CI)."""
+of Triton's ``scaled_add`` and of an autotuned add, real Triton 3.9 PTX for sm_90 in
+``tests/data``, run through ferrax's target after install() and through jaxlib's without) and
+``ferrax_kernel_call`` (the example Rust kernel, ``examples/rust-kernel``), against NumPy. Skips
+without a GPU (CI)."""
 
 import jax
 import numpy as np
@@ -24,6 +25,23 @@ def test_scaled_add_on_ferrax_and_on_jaxlib(gpu, rng):
             text = f.lower(xd, yd).as_text()
             assert ("ferrax_triton_kernel_call" in text) == install
             np.testing.assert_allclose(np.asarray(f(xd, yd)), expected, rtol=1e-6, atol=1e-6)
+        finally:
+            ferrax.uninstall()
+
+
+def test_autotuned_add_on_ferrax_and_on_jaxlib(gpu, rng):
+    # jax-triton's autotuned `tuned_add` (BLOCK 64 with 2 warps, 256 with 8) for n = 1000:
+    # out = x + 1. ferrax's target times both configurations on the first call, then launches
+    # the faster one.
+    x = rng.standard_normal(1000).astype(np.float32)
+    f = triton_like_call(triton_payloads()["tuned"])
+    xd = jax.device_put(x, gpu)
+    for install in (True, False):
+        (ferrax.install if install else ferrax.uninstall)()
+        try:
+            assert ("ferrax_triton_kernel_call" in f.lower(xd).as_text()) == install
+            for _ in range(2):  # tuned, then the chosen configuration alone
+                np.testing.assert_array_equal(np.asarray(f(xd)), x + np.float32(1))
         finally:
             ferrax.uninstall()
 

@@ -294,9 +294,9 @@ def test_install_lowers_jax_triton_calls_to_ferrax(installed):
     plain, tuned = payloads["plain"], payloads["tuned"]
     assert _lowered_targets(plain) == ["ferrax_triton_kernel_call"]
     assert _lowered_targets(plain, export=ferrax.export) == ["ferrax_triton_kernel_call"]
-    # What ferrax's target does not launch (autotuned sets, extra attributes, payloads it
-    # refuses) and plain exports stay on jaxlib's target.
-    assert _lowered_targets(tuned) == ["triton_kernel_call"]
+    assert _lowered_targets(tuned) == ["ferrax_triton_kernel_call"]
+    # What ferrax's target does not launch (extra attributes, payloads it refuses) and plain
+    # exports stay on jaxlib's target.
     assert _lowered_targets(plain, extra={"cost_estimate_json": "{}"}) == ["triton_kernel_call"]
     assert _lowered_targets(plain[:-4]) == ["triton_kernel_call"]
     # A plain export keeps jaxlib's target, which jax refuses to export (no compatibility

@@ -50,14 +50,13 @@ JAXLIB_TRITON_TARGET = "triton_kernel_call"
 
 
 def _takes(opaque) -> bool:
-    """Whether ferrax's target launches this payload: one kernel call (no autotuned set) without
+    """Whether ferrax's target launches this payload: one kernel call or an autotuned set, without
     TMA descriptors; what it refuses, or cannot read, stays on jaxlib's target."""
     try:
         described = describe_triton_call(opaque)
     except (ValueError, TypeError):
         return False
-    return described["autotune"] is None and all(
-        p["kind"] != "tma" for call in described["calls"] for p in call["params"])
+    return all(p["kind"] != "tma" for call in described["calls"] for p in call["params"])
 
 
 def ffi_lowering_taking_triton_calls(jax_ffi_lowering):

@@ -366,6 +366,32 @@ impl GpuStream {
         self.synchronize()
     }
 
+    /// Whether the stream is capturing a CUDA graph (work enqueued then is recorded, not run).
+    pub fn is_capturing(&self) -> Result<bool> {
+        // SAFETY: XLA's live stream.
+        let status = unsafe { result::stream::is_capturing(self.stream) }
+            .map_err(|e| driver_error("cuStreamIsCapturing", e))?;
+        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
+    /// The milliseconds the work that `enqueue` puts on the stream takes on the device, between
+    /// events recorded before and after it; waits for that work.
+    pub fn time(&self, enqueue: impl FnOnce() -> Result<()>) -> Result<f32> {
+        let (start, stop) = (Event::new()?, Event::new()?);
+        // SAFETY: live events and XLA's live stream, in this stream's current context.
+        unsafe {
+            result::event::record(start.0, self.stream)
+                .map_err(|e| driver_error("cuEventRecord", e))?;
+            enqueue()?;
+            result::event::record(stop.0, self.stream)
+                .map_err(|e| driver_error("cuEventRecord", e))?;
+            result::event::synchronize(stop.0)
+                .map_err(|e| driver_error("cuEventSynchronize", e))?;
+            result::event::elapsed(start.0, stop.0)
+                .map_err(|e| driver_error("cuEventElapsedTime", e))
+        }
+    }
+
     /// Waits for everything enqueued on the stream.
     fn synchronize(&self) -> Result<()> {
         // SAFETY: XLA's live stream.
@@ -389,6 +415,24 @@ impl GpuStream {
             )
         }
         .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
+    }
+}
+
+/// A CUDA event of the current context, destroyed when dropped.
+struct Event(sys::CUevent);
+
+impl Event {
+    fn new() -> Result<Self> {
+        result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map(Event)
+            .map_err(|e| driver_error("cuEventCreate", e))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by `new` and destroyed once; an error leaves nothing to undo.
+        let _ = unsafe { result::event::destroy(self.0) };
     }
 }
 

@@ -4,7 +4,7 @@
 
 use ferrax::ffi::sys::*;
 use ferrax::ffi::NativeType;
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::ptr;
@@ -20,6 +20,7 @@ pub struct Device {
     stream: *mut c_void,
     problems: unsafe extern "C" fn(*mut c_char, usize) -> usize,
     calls: unsafe extern "C" fn(*mut c_char, usize) -> usize,
+    capturing: unsafe extern "C" fn(c_int),
 }
 
 impl Device {
@@ -55,15 +56,25 @@ impl Device {
             let calls = *library
                 .get(b"ferrax_emulated_calls")
                 .map_err(|e| e.to_string())?;
+            let capturing = *library
+                .get(b"ferrax_emulated_set_capturing")
+                .map_err(|e| e.to_string())?;
             Ok(Some(Device {
                 alloc,
                 free,
                 stream: stream(),
                 problems,
                 calls,
+                capturing,
                 _library: library,
             }))
         }
+    }
+
+    /// Whether the device's streams report capturing a CUDA graph.
+    pub fn set_capturing(&self, on: bool) {
+        // SAFETY: the emulator's setter.
+        unsafe { (self.capturing)(c_int::from(on)) }
     }
 
     /// A device buffer holding `values`, with the logical `dims` the handler sees.

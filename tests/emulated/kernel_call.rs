@@ -1,7 +1,8 @@
 //! `ferrax_triton_kernel_call` on the emulated device: a jax-triton payload (built here with
 //! ferrax's proto messages, as jaxlib's serializer lays it out) whose PTX entry is Triton's
 //! `scaled_add` (the emulator runs its host build), against the same arithmetic on the host;
-//! zeroing, scalars by value, buffer order, clusters, and the calls the target refuses.
+//! zeroing, scalars by value, buffer order, clusters, autotuned sets, and the calls the target
+//! refuses.
 
 use super::host::{Attr, Device};
 use crate::rng::Rng;
@@ -47,7 +48,7 @@ struct Call {
     shared: u32,
 }
 
-fn payload(c: &Call) -> &'static [u8] {
+fn kernel_call(c: &Call) -> proto::TritonKernelCall {
     let array = |bytes_to_zero| proto::Parameter {
         value: Some(V::Array(proto::ArrayParameter {
             bytes_to_zero,
@@ -55,7 +56,7 @@ fn payload(c: &Call) -> &'static [u8] {
         })),
     };
     let scalar = |value| proto::Parameter { value: Some(value) };
-    let call = proto::TritonKernelCall {
+    proto::TritonKernelCall {
         kernel: Some(proto::TritonKernel {
             kernel_name: "scaled_add".into(),
             num_warps: 4,
@@ -77,14 +78,45 @@ fn payload(c: &Call) -> &'static [u8] {
             scalar(V::I32(c.negate)),
             array(c.zero_bytes),
         ],
-    };
+    }
+}
+
+/// The `opaque` attribute of `call`, as jaxlib's serializer writes it.
+fn encode(call: proto::AnyCall) -> &'static [u8] {
     let any = proto::TritonAnyKernelCall {
-        value: Some(proto::AnyCall::KernelCall(call)),
+        value: Some(call),
         metadata: Vec::new(),
         name: String::new(),
     };
     let bytes = miniz_oxide::deflate::compress_to_vec_zlib(&any.encode_to_vec(), 6);
     Box::leak(bytes.into_boxed_slice())
+}
+
+fn payload(c: &Call) -> &'static [u8] {
+    encode(proto::AnyCall::KernelCall(kernel_call(c)))
+}
+
+/// An autotuned set of `configs` whose result (buffer 2) aliases operand `x` (buffer 0) over
+/// `alias_bytes`.
+fn autotuned(configs: &[Call], alias_bytes: u64) -> &'static [u8] {
+    encode(proto::AnyCall::Autotuned(
+        proto::TritonAutotunedKernelCall {
+            name: "scaled_add tuned".into(),
+            configs: configs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| proto::AutotuneConfig {
+                    kernel_call: Some(kernel_call(c)),
+                    description: format!("config {i}"),
+                })
+                .collect(),
+            input_output_aliases: vec![proto::InputOutputAlias {
+                input_buffer_idx: 0,
+                output_buffer_idx: 2,
+                buffer_size_bytes: alias_bytes,
+            }],
+        },
+    ))
 }
 
 /// Runs `scaled_add` on `len` elements through the target and checks every element: the
@@ -144,7 +176,8 @@ pub fn triton_kernel_call(device: &Device) -> Result<(), String> {
             }
         }
     }
-    refusals(device)
+    refusals(device)?;
+    autotuning(device)
 }
 
 /// Calls the target refuses, each with an error naming the kernel, none launched.
@@ -193,6 +226,131 @@ fn refusals(device: &Device) -> Result<(), String> {
             &[("opaque", Attr::Bytes(payload(&call)))],
         ) {
             Err(e) if e.contains("kernel scaled_add") && e.contains(message) => {}
+            other => return Err(format!("expected an error with {message:?}, got {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// An autotuned set run in place (the result aliases `x`), its configurations in this order:
+/// one whose grid runs a million programs past `n` (slow, the same result), one that asks for
+/// more shared memory than the device has (skipped), the exact grid. The first call times the
+/// two that fit and launches the exact one; later calls launch it alone. `x` comes back as one
+/// application of the kernel, so the trials' writes to it were undone.
+fn autotuning(device: &Device) -> Result<(), String> {
+    let mut rng = Rng::fresh("triton_kernel_call autotuning");
+    let len = rng.range(1, 3000);
+    let n = rng.range(0, len + 1);
+    let exact = Call {
+        n: n as i32,
+        scale: rng.uniform() as f32,
+        shift: rng.uniform() as f32,
+        negate: (rng.next_u32() % 2) as i32,
+        zero_bytes: 0,
+        grid: n.div_ceil(BLOCK).max(1) as u32,
+        ctas: 1,
+        shared: 0,
+    };
+    let wasteful = Call {
+        grid: 1 << 20,
+        ..exact
+    };
+    let too_big = Call {
+        shared: 1 << 30,
+        ..exact
+    };
+    let opaque = autotuned(&[wasteful, too_big, exact], 4 * len as u64);
+    let exact_launch = format!("scaled_add grid [{}, 1, 1]", exact.grid);
+    let y: Vec<f32> = (0..len).map(|_| rng.uniform() as f32).collect();
+    let yd = device.upload(&y, vec![len as i64]);
+    let mut run = |attempt: usize| -> Result<Vec<String>, String> {
+        let x: Vec<f32> = (0..len).map(|_| rng.uniform() as f32).collect();
+        let xd = device.upload(&x, vec![len as i64]);
+        let calls = device.call(
+            handler,
+            &[&xd, &yd],
+            &[&xd],
+            &[("opaque", Attr::Bytes(opaque))],
+        )?;
+        let got = xd.download::<f32>();
+        for i in 0..len {
+            let want = if i < n {
+                let r = x[i] + y[i] * exact.scale + exact.shift;
+                if exact.negate != 0 {
+                    -r
+                } else {
+                    r
+                }
+            } else {
+                x[i]
+            };
+            if got[i].to_bits() != want.to_bits() {
+                return Err(format!(
+                    "autotuned in place, call {attempt}, n {n} of {len}: element {i} is {}, \
+                     expected {want}",
+                    got[i]
+                ));
+            }
+        }
+        Ok(calls)
+    };
+    // While the stream captures a graph nothing can be timed: refused, and not remembered.
+    device.set_capturing(true);
+    let captured = device.call(
+        handler,
+        &[&yd, &yd],
+        &[&yd],
+        &[("opaque", Attr::Bytes(opaque))],
+    );
+    device.set_capturing(false);
+    match captured {
+        Err(e) if e.contains("scaled_add tuned") && e.contains("captures a CUDA graph") => {}
+        other => return Err(format!("autotuning while capturing: got {other:?}")),
+    }
+    let tuned = run(1)?;
+    let wasteful_launch = format!("scaled_add grid [{}, 1, 1]", wasteful.grid);
+    let launches = |grid: &str| tuned.iter().filter(|c| *c == grid).count();
+    // Each: one to size the run, then a warm-up and at least one timed launch.
+    if launches(&wasteful_launch) < 3
+        || launches(&exact_launch) < 4
+        || tuned.len() != launches(&wasteful_launch) + launches(&exact_launch)
+        || tuned.last() != Some(&exact_launch)
+    {
+        return Err(format!(
+            "autotuning launched {} kernels: {} of {wasteful_launch:?}, {} of {exact_launch:?}, \
+             the last {:?}",
+            tuned.len(),
+            launches(&wasteful_launch),
+            launches(&exact_launch),
+            tuned.last()
+        ));
+    }
+    let again = run(2)?;
+    if again != [exact_launch.clone()] {
+        return Err(format!(
+            "after autotuning, expected {exact_launch:?} alone, got {again:?}"
+        ));
+    }
+    // Refusals, each naming the set.
+    let x = device.zeros::<f32>(vec![len as i64]);
+    let cases = [
+        (
+            autotuned(&[too_big], 4 * len as u64),
+            "no configuration fits the device's",
+        ),
+        (
+            autotuned(&[exact, wasteful], 4 * len as u64 + 4),
+            "alias 0 -> 2 of",
+        ),
+    ];
+    for (opaque, message) in cases {
+        match device.call(
+            handler,
+            &[&x, &yd],
+            &[&x],
+            &[("opaque", Attr::Bytes(opaque))],
+        ) {
+            Err(e) if e.contains("scaled_add tuned") && e.contains(message) => {}
             other => return Err(format!("expected an error with {message:?}, got {other:?}")),
         }
     }

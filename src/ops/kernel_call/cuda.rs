@@ -4,7 +4,7 @@
 
 use super::ptx::{self, EntryParam};
 use super::typed::{self, Arg, KERNEL_CALL};
-use super::{Calls, Code, KernelCall, Param, Payload, TRITON_KERNEL_CALL};
+use super::{Alias, AutotuneConfig, Calls, Code, KernelCall, Param, Payload, TRITON_KERNEL_CALL};
 use crate::cuda::{GpuStream, LaunchShape};
 use crate::ffi::{Attrs, Buffers, Error, Result, ScratchAllocator, Span, Stream};
 use crate::ffi_handlers;
@@ -43,16 +43,25 @@ ffi_handlers! {
     }
 }
 
-/// Payloads decoded so far, by their bytes (jaxlib caches the same way); a payload stays for
-/// the process's life, so its address keys its loaded modules.
-static PAYLOADS: OnceLock<Mutex<HashMap<Vec<u8>, Arc<Payload>>>> = OnceLock::new();
+/// A decoded payload, and for an autotuned set the configuration chosen on its first call.
+struct Decoded {
+    payload: Payload,
+    chosen: Mutex<Option<usize>>,
+}
 
-fn payload(opaque: &[u8]) -> Result<Arc<Payload>> {
+/// Payloads decoded so far, by their bytes (jaxlib caches the same way); a payload stays for
+/// the process's life, so the addresses of its calls key their loaded modules.
+static PAYLOADS: OnceLock<Mutex<HashMap<Vec<u8>, Arc<Decoded>>>> = OnceLock::new();
+
+fn payload(opaque: &[u8]) -> Result<Arc<Decoded>> {
     let payloads = PAYLOADS.get_or_init(Default::default);
     if let Some(p) = payloads.lock().unwrap_or_else(|e| e.into_inner()).get(opaque) {
         return Ok(p.clone());
     }
-    let decoded = Arc::new(Payload::decode(opaque, true).map_err(Error::invalid_argument)?);
+    let decoded = Arc::new(Decoded {
+        payload: Payload::decode(opaque, true).map_err(Error::invalid_argument)?,
+        chosen: Mutex::new(None),
+    });
     let mut payloads = payloads.lock().unwrap_or_else(|e| e.into_inner());
     Ok(payloads.entry(opaque.to_vec()).or_insert(decoded).clone())
 }
@@ -63,16 +72,7 @@ fn triton_kernel_call(
     buffers: Buffers<'_>,
     opaque: &[u8],
 ) -> Result<()> {
-    let payload = payload(opaque)?;
-    let call = match &payload.calls {
-        Calls::One(call) => call,
-        Calls::Autotuned { name, .. } => {
-            return Err(Error::unimplemented(format!(
-                "autotuned call {name:?}: ferrax does not autotune yet (jaxlib's \
-                 triton_kernel_call does; ferrax.install() leaves such calls to it)"
-            )))
-        }
-    };
+    let decoded = payload(opaque)?;
     let pointers = buffers
         .args
         .iter()
@@ -83,30 +83,160 @@ fn triton_kernel_call(
             Ok((b.data_ptr().cast(), bytes))
         })
         .collect::<Result<Vec<(*mut c_void, usize)>>>()?;
-    let kernel = &call.kernel.name;
-    if pointers.len() != call.buffers() {
+    let payload = &decoded.payload;
+    if pointers.len() != payload.buffers() {
+        let kernel = &payload.candidates()[0].kernel.name;
         return Err(Error::invalid_argument(format!(
             "kernel {kernel}: its parameters take {} buffers, the call has {} operands and {} \
              results",
-            call.buffers(),
+            payload.buffers(),
             buffers.args.len(),
             buffers.rets.len()
         )));
     }
     let gpu = GpuStream::adopt(stream)?;
-    // SAFETY: XLA's buffers of this call, which outlive its kernels on the stream.
-    unsafe { launch(&gpu, &scratch, call, Arc::as_ptr(&payload) as usize, &pointers) }
+    let call = match &payload.calls {
+        Calls::One(call) => call,
+        Calls::Autotuned {
+            name,
+            configs,
+            aliases,
+        } => {
+            // Held while tuning: another call of the same payload waits for the choice.
+            let mut chosen = decoded.chosen.lock().unwrap_or_else(|e| e.into_inner());
+            let index = match *chosen {
+                Some(index) => index,
+                // SAFETY: XLA's buffers of this call, which outlive its kernels on the stream.
+                None => *chosen.insert(unsafe {
+                    autotune(&gpu, &scratch, name, configs, aliases, &pointers)?
+                }),
+            };
+            &configs[index].call
+        }
+    };
+    let global_scratch = global_scratch(&scratch, call)?;
+    // SAFETY: as above.
+    unsafe { launch(&gpu, call, global_scratch, &pointers) }
 }
 
-/// Enqueues `call` with `buffers` (address, bytes) for its array parameters, in order.
+/// The timed run of each configuration: launches for about this long, as jaxlib's autotuner
+/// times them, and no more than this many.
+const AUTOTUNE_MS: f32 = 10.0;
+const AUTOTUNE_MAX_LAUNCHES: u32 = 100;
+
+/// The index of the fastest configuration that fits the device, timed on the call's own
+/// buffers as jaxlib's autotuner times them: a warm-up launch of each and one timed launch
+/// size the run (launches for about `AUTOTUNE_MS`, 1 to `AUTOTUNE_MAX_LAUNCHES`), then each
+/// takes a warm-up launch and that many timed ones. Operands a result aliases (the same buffer) would be overwritten by
+/// every trial, so they are saved first and restored after.
+///
+/// # Safety
+/// As [`launch`].
+unsafe fn autotune(
+    gpu: &GpuStream,
+    scratch: &ScratchAllocator<'_>,
+    name: &str,
+    configs: &[AutotuneConfig],
+    aliases: &[Alias],
+    buffers: &[(*mut c_void, usize)],
+) -> Result<usize> {
+    if gpu.is_capturing()? {
+        // Work enqueued now would be recorded, not run: nothing to time, and the buffers may
+        // hold anything.
+        return Err(Error::failed_precondition(format!(
+            "autotuned call {name:?}: cannot autotune while the stream captures a CUDA graph"
+        )));
+    }
+    let allowed = gpu.max_shared_bytes()?;
+    let fitting: Vec<usize> = (0..configs.len())
+        .filter(|&i| configs[i].call.kernel.shared_mem_bytes as usize <= allowed)
+        .collect();
+    if fitting.is_empty() {
+        return Err(Error::invalid_argument(format!(
+            "autotuned call {name:?}: no configuration fits the device's {allowed} bytes of \
+             shared memory per block"
+        )));
+    }
+    let mut saved: Vec<(*mut c_void, Vec<u8>)> = Vec::new();
+    for alias in aliases {
+        let (input, bytes) = buffers[alias.input as usize];
+        if input != buffers[alias.output as usize].0 || saved.iter().any(|s| s.0 == input) {
+            continue;
+        }
+        let size = usize::try_from(alias.bytes).ok().filter(|&b| b <= bytes);
+        let size = size.ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "autotuned call {name:?}: alias {} -> {} of {} bytes, its buffer has {bytes}",
+                alias.input, alias.output, alias.bytes
+            ))
+        })?;
+        let mut copy = Vec::new();
+        copy.try_reserve_exact(size).map_err(|_| {
+            Error::resource_exhausted(format!(
+                "autotuned call {name:?}: {size} bytes to save aliased operand {}",
+                alias.input
+            ))
+        })?;
+        copy.resize(size, 0u8);
+        gpu.download(&mut copy, input)?;
+        saved.push((input, copy));
+    }
+    // Each configuration that fits, with its global scratch.
+    let trials = fitting
+        .iter()
+        .map(|&i| Ok((i, global_scratch(scratch, &configs[i].call)?)))
+        .collect::<Result<Vec<(usize, *mut c_void)>>>()?;
+    let time = |(index, global): (usize, *mut c_void), launches: u32| {
+        let call = &configs[index].call;
+        launch(gpu, call, global, buffers)?; // warm-up
+        gpu.time(|| (0..launches).try_for_each(|_| launch(gpu, call, global, buffers)))
+    };
+    let mut once = f32::INFINITY;
+    for &trial in &trials {
+        once = once.min(time(trial, 1)?);
+    }
+    // A float to int cast saturates: no time at all runs the most launches.
+    let launches = ((AUTOTUNE_MS / once) as u32).clamp(1, AUTOTUNE_MAX_LAUNCHES);
+    let (mut best, mut fastest) = (f32::INFINITY, fitting[0]);
+    for &trial in &trials {
+        let t = time(trial, launches)?;
+        if t < best {
+            (best, fastest) = (t, trial.0);
+        }
+    }
+    for (input, copy) in &saved {
+        gpu.upload(*input, copy)?;
+    }
+    Ok(fastest)
+}
+
+/// The global scratch `call`'s kernel asks for (per block, times its blocks) from XLA's
+/// scratch, or null.
+fn global_scratch(scratch: &ScratchAllocator<'_>, call: &KernelCall) -> Result<*mut c_void> {
+    let Some((per_block, align)) = call.kernel.global_scratch else {
+        return Ok(std::ptr::null_mut());
+    };
+    let blocks: u64 = call.grid.iter().map(|&g| u64::from(g)).product::<u64>()
+        * u64::from(call.kernel.ctas_per_cluster);
+    let bytes = blocks
+        .checked_mul(u64::from(per_block))
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| {
+            let name = &call.kernel.name;
+            Error::invalid_argument(format!("kernel {name}: global scratch too large"))
+        })?;
+    aligned_scratch(scratch, bytes, align as usize)
+}
+
+/// Enqueues `call` with `buffers` (address, bytes) for its array parameters, in order, and
+/// `global_scratch` (from [`global_scratch`]) after them.
 ///
 /// # Safety
 /// The buffers are device memory that stays valid until the kernel has run on the stream.
 unsafe fn launch(
     gpu: &GpuStream,
-    scratch: &ScratchAllocator<'_>,
     call: &KernelCall,
-    key: usize,
+    global_scratch: *mut c_void,
     buffers: &[(*mut c_void, usize)],
 ) -> Result<()> {
     let kernel = &call.kernel;
@@ -153,27 +283,16 @@ unsafe fn launch(
         }
         values.push(value);
     }
-    let global_scratch = match kernel.global_scratch {
-        Some((per_block, align)) => {
-            let blocks: u64 = call.grid.iter().map(|&g| u64::from(g)).product::<u64>()
-                * u64::from(kernel.ctas_per_cluster);
-            let bytes = blocks
-                .checked_mul(u64::from(per_block))
-                .and_then(|b| usize::try_from(b).ok())
-                .ok_or_else(|| {
-                    Error::invalid_argument(format!("kernel {name}: global scratch too large"))
-                })?;
-            aligned_scratch(scratch, bytes, align as usize)?
-        }
-        None => std::ptr::null_mut(),
-    };
     values.push((global_scratch as u64).to_le_bytes());
     values.push([0; 8]); // the profiling buffer
     let mut params: Vec<*mut c_void> = values.iter_mut().map(|v| v.as_mut_ptr().cast()).collect();
-    let function = gpu.user_function(key, name, || match &kernel.code {
-        // The driver reads PTX up to its NUL.
-        Code::Ptx(ptx) => [ptx.as_bytes(), &[0]].concat(),
-        Code::Cubin(cubin) => cubin.clone(),
+    // The call lives in a payload kept for the process's life: its address names its code.
+    let function = gpu.user_function(std::ptr::from_ref(call) as usize, name, || {
+        match &kernel.code {
+            // The driver reads PTX up to its NUL.
+            Code::Ptx(ptx) => [ptx.as_bytes(), &[0]].concat(),
+            Code::Cubin(cubin) => cubin.clone(),
+        }
     })?;
     let shape = LaunchShape {
         grid: call.grid,

@@ -11,7 +11,9 @@ use ferrax_kernels::launch::{host_entry, HostEntry};
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::Instant;
 
 pub type CUresult = c_int;
 pub const CUDA_SUCCESS: CUresult = 0;
@@ -401,7 +403,8 @@ unsafe fn run_launch(
             if (0..kernel.params).any(|i| (*params.add(i)).is_null()) {
                 return launch_problem(name, format!("expected {} parameters", kernel.params));
             }
-            crate::record_call(name);
+            // With the grid: configurations of one kernel differ in it.
+            crate::record_call(&format!("{name} grid {:?}", launch.grid));
             (kernel.run)(launch, params);
             return CUDA_SUCCESS;
         }
@@ -610,6 +613,111 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
         return CUDA_ERROR_INVALID_VALUE;
     }
     std::ptr::copy(src as *const u8, dst as *mut u8, bytes);
+    CUDA_SUCCESS
+}
+
+/// Whether the streams capture a CUDA graph, as the test host sets it: the driver then answers
+/// `cuStreamIsCapturing` with ACTIVE (work enqueued still runs here).
+static CAPTURING: AtomicBool = AtomicBool::new(false);
+
+#[no_mangle]
+pub extern "C" fn ferrax_emulated_set_capturing(on: c_int) {
+    CAPTURING.store(on != 0, Ordering::Relaxed);
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing(stream: *mut c_void, status: *mut c_int) -> CUresult {
+    if !known_stream(stream, "cuStreamIsCapturing") {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    // CU_STREAM_CAPTURE_STATUS_NONE, _ACTIVE
+    *status = CAPTURING.load(Ordering::Relaxed) as c_int;
+    CUDA_SUCCESS
+}
+
+/// Live events, each with the host time it was last recorded at. Work runs when enqueued,
+/// so an event completes when it is recorded, and the time between two is the host's.
+static EVENTS: Mutex<Vec<(usize, Option<Instant>)>> = Mutex::new(Vec::new());
+
+/// Runs `f` on the event `handle`'s entry; an unknown handle is a problem.
+fn with_event<T>(
+    handle: *mut c_void,
+    what: &str,
+    f: impl FnOnce(&mut Option<Instant>) -> T,
+) -> Option<T> {
+    let mut events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((_, recorded)) = events.iter_mut().find(|(h, _)| *h == handle as usize) else {
+        problem(format!("{what}: event {handle:?} is not a live event"));
+        return None;
+    };
+    Some(f(recorded))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, flags: c_uint) -> CUresult {
+    if !context_current("cuEventCreate") {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if flags != 0 {
+        problem(format!("cuEventCreate: flags {flags} are not emulated"));
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let handle = Box::into_raw(Box::new(0u8)) as usize;
+    EVENTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((handle, None));
+    *event = handle as *mut c_void;
+    CUDA_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> CUresult {
+    if !known_stream(stream, "cuEventRecord") {
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    with_event(event, "cuEventRecord", |t| *t = Some(Instant::now()))
+        .map_or(CUDA_ERROR_INVALID_HANDLE, |()| CUDA_SUCCESS)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventSynchronize(event: *mut c_void) -> CUresult {
+    with_event(event, "cuEventSynchronize", |_| ())
+        .map_or(CUDA_ERROR_INVALID_HANDLE, |()| CUDA_SUCCESS)
+}
+
+/// As the driver: both events recorded (and complete), else an error.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime_v2(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> CUresult {
+    let what = "cuEventElapsedTime";
+    let (Some(Some(start)), Some(Some(end))) = (
+        with_event(start, what, |t| *t),
+        with_event(end, what, |t| *t),
+    ) else {
+        problem(format!(
+            "{what}: an event that is not live or was never recorded"
+        ));
+        return CUDA_ERROR_INVALID_HANDLE;
+    };
+    *ms = end.saturating_duration_since(start).as_secs_f32() * 1e3;
+    CUDA_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventDestroy_v2(event: *mut c_void) -> CUresult {
+    let mut events = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(index) = events.iter().position(|(h, _)| *h == event as usize) else {
+        problem(format!(
+            "cuEventDestroy: event {event:?} is not a live event"
+        ));
+        return CUDA_ERROR_INVALID_HANDLE;
+    };
+    events.swap_remove(index);
+    drop(Box::from_raw(event.cast::<u8>()));
     CUDA_SUCCESS
 }
 

@@ -13,14 +13,15 @@
 //!   running the host build of the entry on the kernels crate's grid emulator with the launch's
 //!   grid, block, shared memory and argument struct; entries of code ferrax did not build (a
 //!   kernel call's) run their host builds in [`user_kernels`], also through
-//!   `cuLaunchKernelEx` with clusters.
+//!   `cuLaunchKernelEx` with clusters; events time the host's work between them, and the test
+//!   host can make streams report a graph capture.
 //! - [`blas`], [`solver`]: the cuBLAS and cuSOLVER routines ferrax calls, on host memory, with
 //!   LAPACK (the `ferrax-cpu-fallback` table, filled from `FERRAX_TEST_LAPACK`) underneath;
 //!   they check what NVIDIA's check (leading dimensions, workspace sizes against their own
 //!   `bufferSize` answers, handles bound to a stream, device pointers).
 //!
 //! What it cannot show: PTX code generation and ptxas (`scripts/check-ptx` and the GPU check
-//! cover those), timing, blocks running concurrently, and driver quirks. Every problem it
+//! cover those), the device's timing, blocks running concurrently, and driver quirks. Every problem it
 //! finds is recorded ([`ferrax_emulated_problems`]) as well as returned as a CUDA error.
 
 pub mod blas;
