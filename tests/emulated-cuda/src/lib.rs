@@ -21,8 +21,9 @@
 //!   `bufferSize` answers, handles bound to a stream, device pointers).
 //!
 //! What it cannot show: PTX code generation and ptxas (`scripts/check-ptx` and the GPU check
-//! cover those), the device's timing, blocks running concurrently, and driver quirks. Every problem it
-//! finds is recorded ([`ferrax_emulated_problems`]) as well as returned as a CUDA error.
+//! cover those), the device's timing, blocks running concurrently, and driver quirks. Every
+//! problem it finds is recorded ([`ferrax_emulated_problems`]) as well as returned as a CUDA
+//! error.
 
 pub mod blas;
 pub mod driver;
