@@ -49,10 +49,10 @@ mod x86 {
     use super::{Transposition, TILE_ROWS};
     use std::arch::x86_64::*;
 
-    /// A square block of `SIDE × SIDE` elements of `BYTES` each, transposed in registers.
+    /// A square block of `SIDE × SIDE` elements, transposed in registers; its element size is
+    /// the one `leading_blocks` picks it for.
     trait Block {
         const SIDE: usize;
-        const BYTES: usize;
         /// # Safety
         /// The block lies inside both matrices (strides in bytes); the CPU has the kernel's
         /// instructions.
@@ -77,7 +77,7 @@ mod x86 {
     /// covers.
     #[inline(always)]
     unsafe fn blocks<T, B: Block>(whole: Transposition<T>) -> (usize, usize) {
-        let (side, bytes) = (B::SIDE, B::BYTES);
+        let (side, bytes) = (B::SIDE, std::mem::size_of::<T>());
         let (rows, cols) = (whole.rows / side * side, whole.cols / side * side);
         let (src, dst) = (whole.src.cast::<u8>(), whole.dst.cast::<u8>());
         let (src_ld, dst_ld) = (whole.src_ld * bytes, whole.dst_ld * bytes);
@@ -105,13 +105,12 @@ mod x86 {
     /// Declares a [`Block`] kernel: `load(k)` reads row `k` of the block into a register,
     /// `store(k, v)` writes `v` as its column `k`, and the body shuffles between them.
     macro_rules! block {
-        ($(#[$doc:meta])* $name:ident: $side:literal of $bytes:literal bytes,
+        ($(#[$doc:meta])* $name:ident: $side:literal square,
          $load:ident => $load_fn:ident, $store:ident => $store_fn:ident, $body:block) => {
             $(#[$doc])*
             struct $name;
             impl Block for $name {
                 const SIDE: usize = $side;
-                const BYTES: usize = $bytes;
                 #[inline(always)]
                 unsafe fn transpose(src: *const u8, src_ld: usize, dst: *mut u8, dst_ld: usize) {
                     let $load = |k: usize| $load_fn(src.add(k * src_ld).cast());
@@ -124,7 +123,7 @@ mod x86 {
 
     block!(
         /// 4-byte elements (f32): SSE's classic shuffle transposition.
-        Sse4x4: 4 of 4 bytes, load => _mm_loadu_ps, store => _mm_storeu_ps, {
+        Sse4x4: 4 square, load => _mm_loadu_ps, store => _mm_storeu_ps, {
             let (r0, r1, r2, r3) = (load(0), load(1), load(2), load(3));
             let (t0, t1) = (_mm_unpacklo_ps(r0, r1), _mm_unpacklo_ps(r2, r3));
             let (t2, t3) = (_mm_unpackhi_ps(r0, r1), _mm_unpackhi_ps(r2, r3));
@@ -137,7 +136,7 @@ mod x86 {
 
     block!(
         /// 8-byte elements (f64, c64) with SSE2, for CPUs without AVX.
-        Sse2x2Of64: 2 of 8 bytes, load => _mm_loadu_pd, store => _mm_storeu_pd, {
+        Sse2x2Of64: 2 square, load => _mm_loadu_pd, store => _mm_storeu_pd, {
             let (r0, r1) = (load(0), load(1));
             store(0, _mm_unpacklo_pd(r0, r1));
             store(1, _mm_unpackhi_pd(r0, r1));
@@ -146,7 +145,7 @@ mod x86 {
 
     block!(
         /// 8-byte elements (f64, c64) with AVX.
-        Avx4x4Of64: 4 of 8 bytes, load => _mm256_loadu_pd, store => _mm256_storeu_pd, {
+        Avx4x4Of64: 4 square, load => _mm256_loadu_pd, store => _mm256_storeu_pd, {
             let (r0, r1, r2, r3) = (load(0), load(1), load(2), load(3));
             let (t0, t1) = (_mm256_unpacklo_pd(r0, r1), _mm256_unpackhi_pd(r0, r1));
             let (t2, t3) = (_mm256_unpacklo_pd(r2, r3), _mm256_unpackhi_pd(r2, r3));
@@ -159,7 +158,7 @@ mod x86 {
 
     block!(
         /// 16-byte elements (c128) with AVX.
-        Avx2x2Of128: 2 of 16 bytes, load => _mm256_loadu_pd, store => _mm256_storeu_pd, {
+        Avx2x2Of128: 2 square, load => _mm256_loadu_pd, store => _mm256_storeu_pd, {
             let (r0, r1) = (load(0), load(1));
             store(0, _mm256_permute2f128_pd::<0x20>(r0, r1));
             store(1, _mm256_permute2f128_pd::<0x31>(r0, r1));
