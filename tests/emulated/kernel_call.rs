@@ -48,6 +48,18 @@ struct Call {
     shared: u32,
 }
 
+impl Call {
+    /// One element of `scaled_add`'s result, on the host.
+    fn scaled_add(&self, x: f32, y: f32) -> f32 {
+        let r = x + y * self.scale + self.shift;
+        if self.negate != 0 {
+            -r
+        } else {
+            r
+        }
+    }
+}
+
 fn kernel_call(c: &Call) -> proto::TritonKernelCall {
     let array = |bytes_to_zero| proto::Parameter {
         value: Some(V::Array(proto::ArrayParameter {
@@ -156,12 +168,7 @@ pub fn triton_kernel_call(device: &Device) -> Result<(), String> {
         let got = out.download::<f32>();
         for i in 0..len {
             let want = if i < n {
-                let r = x[i] + y[i] * call.scale + call.shift;
-                if call.negate != 0 {
-                    -r
-                } else {
-                    r
-                }
+                call.scaled_add(x[i], y[i])
             } else if i < zeroed {
                 0.0
             } else {
@@ -275,12 +282,7 @@ fn autotuning(device: &Device) -> Result<(), String> {
         let got = xd.download::<f32>();
         for i in 0..len {
             let want = if i < n {
-                let r = x[i] + y[i] * exact.scale + exact.shift;
-                if exact.negate != 0 {
-                    -r
-                } else {
-                    r
-                }
+                exact.scaled_add(x[i], y[i])
             } else {
                 x[i]
             };
