@@ -240,7 +240,7 @@ fn refusals(device: &Device) -> Result<(), String> {
 }
 
 /// An autotuned set run in place (the result aliases `x`), its configurations in this order:
-/// one whose grid runs a million programs past `n` (slow, the same result), one that asks for
+/// one whose grid runs four million programs past `n` (slow, the same result), one that asks for
 /// more shared memory than the device has (skipped), the exact grid. The first call times the
 /// two that fit and launches the exact one; later calls launch it alone. `x` comes back as one
 /// application of the kernel, so the trials' writes to it were undone.
@@ -259,7 +259,7 @@ fn autotuning(device: &Device) -> Result<(), String> {
         shared: 0,
     };
     let wasteful = Call {
-        grid: 1 << 20,
+        grid: 1 << 22,
         ..exact
     };
     let too_big = Call {
