@@ -72,7 +72,7 @@ pub struct LaunchShape {
 
 /// XLA's stream for this call with its context made current on this thread (and restored when
 /// dropped), plus ferrax's module in that context. All work is enqueued on XLA's stream;
-/// only `download` and `upload` (host copies) wait for it.
+/// only `download` and `upload` (host copies) and `time` wait for it.
 pub struct GpuStream {
     stream: sys::CUstream,
     context: sys::CUcontext,
@@ -387,8 +387,10 @@ impl GpuStream {
                 .map_err(|e| driver_error("cuEventRecord", e))?;
             result::event::synchronize(stop.0)
                 .map_err(|e| driver_error("cuEventSynchronize", e))?;
-            result::event::elapsed(start.0, stop.0)
-                .map_err(|e| driver_error("cuEventElapsedTime", e))
+            let elapsed = event_elapsed_time()?;
+            let mut ms = 0.0f32;
+            check("cuEventElapsedTime", elapsed(&mut ms, start.0, stop.0))?;
+            Ok(ms)
         }
     }
 
@@ -416,6 +418,27 @@ impl GpuStream {
         }
         .map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
     }
+}
+
+type EventElapsedTime = unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult;
+
+/// The driver's `cuEventElapsedTime_v2`, or where it has none (drivers before CUDA 12.8, which
+/// jax's CUDA 12 plugin runs on) the original `cuEventElapsedTime`: cudarc's CUDA 13 binding
+/// asks for `_v2` alone and panics without it.
+fn event_elapsed_time() -> Result<EventElapsedTime> {
+    static FOUND: OnceLock<Option<EventElapsedTime>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        // SAFETY: the driver library cudarc loaded; both names have this signature.
+        let library = unsafe { sys::culib() };
+        [&b"cuEventElapsedTime_v2"[..], b"cuEventElapsedTime"]
+            .into_iter()
+            .find_map(|name| {
+                unsafe { library.get::<EventElapsedTime>(name) }
+                    .ok()
+                    .map(|f| *f)
+            })
+    });
+    found.ok_or_else(|| Error::failed_precondition("the CUDA driver has no cuEventElapsedTime"))
 }
 
 /// A CUDA event of the current context, destroyed when dropped.

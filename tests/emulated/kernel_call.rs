@@ -108,9 +108,14 @@ fn payload(c: &Call) -> &'static [u8] {
     encode(proto::AnyCall::KernelCall(kernel_call(c)))
 }
 
-/// An autotuned set of `configs` whose result (buffer 2) aliases operand `x` (buffer 0) over
-/// `alias_bytes`.
+/// An autotuned set of `configs` whose result aliases operand `y` (jax-triton's numbering:
+/// operand 1 to result 0) over `alias_bytes`.
 fn autotuned(configs: &[Call], alias_bytes: u64) -> &'static [u8] {
+    autotuned_with(configs, (1, 0, alias_bytes))
+}
+
+/// As [`autotuned`], with the alias `(operand, result, bytes)`.
+fn autotuned_with(configs: &[Call], (input, output, bytes): (u32, u32, u64)) -> &'static [u8] {
     encode(proto::AnyCall::Autotuned(
         proto::TritonAutotunedKernelCall {
             name: "scaled_add tuned".into(),
@@ -123,9 +128,9 @@ fn autotuned(configs: &[Call], alias_bytes: u64) -> &'static [u8] {
                 })
                 .collect(),
             input_output_aliases: vec![proto::InputOutputAlias {
-                input_buffer_idx: 0,
-                output_buffer_idx: 2,
-                buffer_size_bytes: alias_bytes,
+                input_buffer_idx: input,
+                output_buffer_idx: output,
+                buffer_size_bytes: bytes,
             }],
         },
     ))
@@ -239,11 +244,12 @@ fn refusals(device: &Device) -> Result<(), String> {
     Ok(())
 }
 
-/// An autotuned set run in place (the result aliases `x`), its configurations in this order:
-/// one whose grid runs four million programs past `n` (slow, the same result), one that asks for
-/// more shared memory than the device has (skipped), the exact grid. The first call times the
-/// two that fit and launches the exact one; later calls launch it alone. `x` comes back as one
-/// application of the kernel, so the trials' writes to it were undone.
+/// An autotuned set run in place (the result is operand `y`'s buffer), its configurations
+/// in this order: one whose grid runs four million programs past `n` (slow, the same result),
+/// the exact grid, one that asks for more shared memory than the device has (skipped), the slow
+/// one again. The first call times the three that fit and launches the exact one; later calls
+/// launch it alone. `y` comes back as one application of the kernel, so the trials' writes to
+/// it were undone.
 fn autotuning(device: &Device) -> Result<(), String> {
     let mut rng = Rng::fresh("triton_kernel_call autotuning");
     let len = rng.range(1, 3000);
@@ -266,25 +272,26 @@ fn autotuning(device: &Device) -> Result<(), String> {
         shared: 1 << 30,
         ..exact
     };
-    let opaque = autotuned(&[wasteful, too_big, exact], 4 * len as u64);
+    let bytes = 4 * len as u64;
+    let opaque = autotuned(&[wasteful, exact, too_big, wasteful], bytes);
     let exact_launch = format!("scaled_add grid [{}, 1, 1]", exact.grid);
-    let y: Vec<f32> = (0..len).map(|_| rng.uniform() as f32).collect();
-    let yd = device.upload(&y, vec![len as i64]);
+    let x: Vec<f32> = (0..len).map(|_| rng.uniform() as f32).collect();
+    let xd = device.upload(&x, vec![len as i64]);
     let mut run = |attempt: usize| -> Result<Vec<String>, String> {
-        let x: Vec<f32> = (0..len).map(|_| rng.uniform() as f32).collect();
-        let xd = device.upload(&x, vec![len as i64]);
+        let y: Vec<f32> = (0..len).map(|_| rng.uniform() as f32).collect();
+        let yd = device.upload(&y, vec![len as i64]);
         let calls = device.call(
             handler,
             &[&xd, &yd],
-            &[&xd],
+            &[&yd],
             &[("opaque", Attr::Bytes(opaque))],
         )?;
-        let got = xd.download::<f32>();
+        let got = yd.download::<f32>();
         for i in 0..len {
             let want = if i < n {
                 exact.scaled_add(x[i], y[i])
             } else {
-                x[i]
+                y[i]
             };
             if got[i].to_bits() != want.to_bits() {
                 return Err(format!(
@@ -300,8 +307,8 @@ fn autotuning(device: &Device) -> Result<(), String> {
     device.set_capturing(true);
     let captured = device.call(
         handler,
-        &[&yd, &yd],
-        &[&yd],
+        &[&xd, &xd],
+        &[&xd],
         &[("opaque", Attr::Bytes(opaque))],
     );
     device.set_capturing(false);
@@ -312,9 +319,10 @@ fn autotuning(device: &Device) -> Result<(), String> {
     let tuned = run(1)?;
     let wasteful_launch = format!("scaled_add grid [{}, 1, 1]", wasteful.grid);
     let launches = |grid: &str| tuned.iter().filter(|c| *c == grid).count();
-    // Each: one to size the run, then a warm-up and at least one timed launch.
-    if launches(&wasteful_launch) < 3
-        || launches(&exact_launch) < 4
+    // Each configuration that fits: a warm-up and a launch to size the run, then a warm-up and
+    // at least one timed launch; then the chosen one's launch.
+    if launches(&wasteful_launch) < 2 * 4
+        || launches(&exact_launch) < 4 + 1
         || tuned.len() != launches(&wasteful_launch) + launches(&exact_launch)
         || tuned.last() != Some(&exact_launch)
     {
@@ -334,22 +342,26 @@ fn autotuning(device: &Device) -> Result<(), String> {
         ));
     }
     // Refusals, each naming the set.
-    let x = device.zeros::<f32>(vec![len as i64]);
+    let y = device.zeros::<f32>(vec![len as i64]);
     let cases = [
         (
-            autotuned(&[too_big], 4 * len as u64),
+            autotuned(&[too_big], bytes),
             "no configuration fits the device's",
         ),
         (
-            autotuned(&[exact, wasteful], 4 * len as u64 + 4),
-            "alias 0 -> 2 of",
+            autotuned(&[exact, wasteful], bytes + 4),
+            "alias of operand 1 to result 0 over",
+        ),
+        (
+            autotuned_with(&[exact, wasteful], (1, 1, bytes)),
+            "alias of operand 1 to result 1, the call has 2 operands and 1 results",
         ),
     ];
     for (opaque, message) in cases {
         match device.call(
             handler,
-            &[&x, &yd],
-            &[&x],
+            &[&xd, &y],
+            &[&y],
             &[("opaque", Attr::Bytes(opaque))],
         ) {
             Err(e) if e.contains("scaled_add tuned") && e.contains(message) => {}

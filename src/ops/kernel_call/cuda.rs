@@ -108,7 +108,8 @@ fn triton_kernel_call(
                 Some(index) => index,
                 // SAFETY: XLA's buffers of this call, which outlive its kernels on the stream.
                 None => *chosen.insert(unsafe {
-                    autotune(&gpu, &scratch, name, configs, aliases, &pointers)?
+                    let operands = buffers.args.len();
+                    autotune(&gpu, &scratch, name, configs, aliases, operands, &pointers)?
                 }),
             };
             &configs[index].call
@@ -127,8 +128,9 @@ const AUTOTUNE_MAX_LAUNCHES: u32 = 100;
 /// The index of the fastest configuration that fits the device, timed on the call's own
 /// buffers as jaxlib's autotuner times them: a warm-up launch of each and one timed launch
 /// size the run (launches for about `AUTOTUNE_MS`, 1 to `AUTOTUNE_MAX_LAUNCHES`), then each
-/// takes a warm-up launch and that many timed ones. Operands a result aliases (the same buffer) would be overwritten by
-/// every trial, so they are saved first and restored after.
+/// takes a warm-up launch and that many timed ones. Operands a result aliases (the same
+/// buffer) would be overwritten by every trial, so they are saved first and restored after,
+/// also when a trial fails. `buffers` are the `operands`, then the results.
 ///
 /// # Safety
 /// As [`launch`].
@@ -138,6 +140,7 @@ unsafe fn autotune(
     name: &str,
     configs: &[AutotuneConfig],
     aliases: &[Alias],
+    operands: usize,
     buffers: &[(*mut c_void, usize)],
 ) -> Result<usize> {
     if gpu.is_capturing()? {
@@ -159,14 +162,25 @@ unsafe fn autotune(
     }
     let mut saved: Vec<(*mut c_void, Vec<u8>)> = Vec::new();
     for alias in aliases {
-        let (input, bytes) = buffers[alias.input as usize];
-        if input != buffers[alias.output as usize].0 || saved.iter().any(|s| s.0 == input) {
+        let (input, output) = (alias.input as usize, operands + alias.output as usize);
+        if input >= operands || output >= buffers.len() {
+            return Err(Error::invalid_argument(format!(
+                "autotuned call {name:?}: alias of operand {} to result {}, the call has \
+                 {operands} operands and {} results",
+                alias.input,
+                alias.output,
+                buffers.len() - operands
+            )));
+        }
+        let (input, bytes) = buffers[input];
+        if input != buffers[output].0 || saved.iter().any(|s| s.0 == input) {
             continue;
         }
         let size = usize::try_from(alias.bytes).ok().filter(|&b| b <= bytes);
         let size = size.ok_or_else(|| {
             Error::invalid_argument(format!(
-                "autotuned call {name:?}: alias {} -> {} of {} bytes, its buffer has {bytes}",
+                "autotuned call {name:?}: alias of operand {} to result {} over {} bytes, the \
+                 operand has {bytes}",
                 alias.input, alias.output, alias.bytes
             ))
         })?;
@@ -191,23 +205,27 @@ unsafe fn autotune(
         launch(gpu, call, global, buffers)?; // warm-up
         gpu.time(|| (0..launches).try_for_each(|_| launch(gpu, call, global, buffers)))
     };
-    let mut once = f32::INFINITY;
-    for &trial in &trials {
-        once = once.min(time(trial, 1)?);
-    }
-    // A float to int cast saturates: no time at all runs the most launches.
-    let launches = ((AUTOTUNE_MS / once) as u32).clamp(1, AUTOTUNE_MAX_LAUNCHES);
-    let (mut best, mut fastest) = (f32::INFINITY, fitting[0]);
-    for &trial in &trials {
-        let t = time(trial, launches)?;
-        if t < best {
-            (best, fastest) = (t, trial.0);
+    let fastest = || {
+        let mut once = f32::INFINITY;
+        for &trial in &trials {
+            once = once.min(time(trial, 1)?);
         }
-    }
+        // A float to int cast saturates: no time at all runs the most launches.
+        let launches = ((AUTOTUNE_MS / once) as u32).clamp(1, AUTOTUNE_MAX_LAUNCHES);
+        let (mut best, mut fastest) = (f32::INFINITY, fitting[0]);
+        for &trial in &trials {
+            let t = time(trial, launches)?;
+            if t < best {
+                (best, fastest) = (t, trial.0);
+            }
+        }
+        Ok(fastest)
+    };
+    let fastest = fastest();
     for (input, copy) in &saved {
         gpu.upload(*input, copy)?;
     }
-    Ok(fastest)
+    fastest
 }
 
 /// The global scratch `call`'s kernel asks for (per block, times its blocks) from XLA's

@@ -154,7 +154,8 @@ pub struct AutotuneConfig {
 }
 
 /// An operand the kernel also writes (aliased to a result): autotuning restores it between
-/// trials.
+/// trials. `input` numbers the operands and `output` the results, each from 0 (jax-triton
+/// writes its `input_output_aliases` so).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Alias {
     pub input: u32,
@@ -262,7 +263,8 @@ fn autotuned(tuned: proto::TritonAutotunedKernelCall) -> Result<Calls, String> {
                 output: a.output_buffer_idx,
                 bytes: a.buffer_size_bytes,
             };
-            // Outputs are numbered after the operands, in the same list of buffers.
+            // Operands and results are each fewer than the buffers (the call checks the
+            // result against its own count).
             if alias.input as usize >= buffers || alias.output as usize >= buffers {
                 return Err(format!(
                     "autotuned call {name:?}: alias {} -> {} outside its {buffers} buffers",
