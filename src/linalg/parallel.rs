@@ -357,10 +357,10 @@ pub const STAGED_PIVOTS_MAX: usize = 2048;
 /// task per matrix would leave cores idle, and past [`STAGED_PIVOTS_MAX`]. Over the pool is
 /// also faster than LAPACK on OpenBLAS's own threads (2 cores, one 512 matrix, ms, SciPy's
 /// OpenBLAS → over the pool: f64 LU 5.8 → 2.7, QR 18.1 → 11.7, Cholesky 1.8 → 1.6; c128 LU
-/// 6.8 → 5.8, QR 38.6 → 25.5, Cholesky 3.9 → 3.5). With as many matrices as threads a task per matrix
-/// is the faster (2 cores, two f64 matrices, ms, over the pool → a task each: LU 512 5.1 →
-/// 3.6, 1024 29.8 → 22.3, 2048 202 → 190; QR 512 20.9 → 14.9, 1024 112 → 93, 2048 803 →
-/// 684; Cholesky 512 3.1 → 2.5, 2048 116 → 117). A batch of tall or wide matrices with
+/// 6.8 → 5.8, QR 38.6 → 25.5, Cholesky 3.9 → 3.5). With as many matrices as threads a task
+/// per matrix is the faster (2 cores, two f64 matrices, ms, over the pool → a task each: LU
+/// 512 5.1 → 3.6, 1024 29.8 → 22.3, 2048 202 → 190; QR 512 20.9 → 14.9, 1024 112 → 93, 2048
+/// 803 → 684; Cholesky 512 3.1 → 2.5, 2048 116 → 117). A batch of tall or wide matrices with
 /// fewer pivots keeps a task per matrix (one matrix after another left batches of 1000×4
 /// nearly serial).
 pub fn one_matrix_over_pool(pool: &dyn Pool, count: usize, order: usize, pivots: usize) -> bool {

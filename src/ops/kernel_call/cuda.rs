@@ -8,6 +8,7 @@ use super::{Alias, AutotuneConfig, Calls, Code, KernelCall, Param, Payload, TRIT
 use crate::cuda::{GpuStream, LaunchShape};
 use crate::ffi::{Attrs, Buffers, Error, Result, ScratchAllocator, Span, Stream};
 use crate::ffi_handlers;
+use crate::memory;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -184,14 +185,10 @@ unsafe fn autotune(
                 alias.input, alias.output, alias.bytes
             ))
         })?;
-        let mut copy = Vec::new();
-        copy.try_reserve_exact(size).map_err(|_| {
-            Error::resource_exhausted(format!(
-                "autotuned call {name:?}: {size} bytes to save aliased operand {}",
-                alias.input
-            ))
+        let mut copy = memory::vec_of(size, 0u8).map_err(|e| {
+            let saving = format!("saving aliased operand {}", alias.input);
+            Error::resource_exhausted(format!("autotuned call {name:?}: {saving}: {}", e.message))
         })?;
-        copy.resize(size, 0u8);
         gpu.download(&mut copy, input)?;
         saved.push((input, copy));
     }
