@@ -116,6 +116,11 @@ families! {
                         w: *mut T, work: *mut T, lwork: *const I, iwork: *mut I,
                         liwork: *const I, info: *mut I)
             = ["ssyevd", "dsyevd"];
+        /// `?stedc`: symmetric tridiagonal eigendecomposition, divide and conquer.
+        stedc: Stedc<T>(compz: *const C, n: *const I, d: *mut T, e: *mut T, z: *mut T,
+                        ldz: *const I, work: *mut T, lwork: *const I, iwork: *mut I,
+                        liwork: *const I, info: *mut I)
+            = ["sstedc", "dstedc"];
         /// `?gesdd` (real): SVD, divide and conquer.
         gesdd: GesddReal<T>(jobz: *const C, m: *const I, n: *const I, a: *mut T, lda: *const I,
                             s: *mut T, u: *mut T, ldu: *const I, vt: *mut T, ldvt: *const I,

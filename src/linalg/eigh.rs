@@ -10,10 +10,17 @@ use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
 use crate::memory;
 use faer::diag::DiagMut;
-use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::dyn_stack::{MemBuffer, MemStack, StackReq};
+use faer::linalg::evd::tridiag::{tridiag_in_place, tridiag_in_place_scratch};
 use faer::linalg::evd::{self_adjoint_evd, self_adjoint_evd_scratch, ComputeEigenvectors};
-use faer::{MatMut, MatRef, Par};
-use ferrax_cpu_fallback::{ComplexLapack, Heevd, Lapack, Real, RealLapack, Syevd};
+use faer::linalg::householder::{
+    apply_block_householder_sequence_on_the_left_in_place_scratch,
+    apply_block_householder_sequence_on_the_left_in_place_with_conj,
+};
+use faer::linalg::qr::no_pivoting::factor::recommended_block_size;
+use faer::prelude::{Reborrow, ReborrowMut};
+use faer::{Conj, MatMut, MatRef, Par};
+use ferrax_cpu_fallback::{ComplexLapack, Heevd, Lapack, Real, RealLapack, Stedc, Syevd};
 use ferrax_kernels::small::eigh as small_eigh;
 use num_complex::Complex;
 use std::ffi::c_char;
@@ -25,16 +32,18 @@ use std::ffi::c_char;
 /// Rust is 1.1-1.5× slower than LAPACK).
 pub const SMALL_MAX: usize = 25;
 
-/// Whether `count` matrices of `order` past [`SMALL_MAX`] go to faer's divide and conquer
-/// first (its own blocked tridiagonalization and SIMD kernels), to LAPACK where faer cannot
-/// take one ([`faer_eigh`]): complex ones at every order, real ones past 256 in batches of at
-/// least as many matrices as threads (one large real matrix is as fast by OpenBLAS's own
-/// threads). With eigenvectors, one core, random matrices, faer against OpenBLAS 0.3.x
+/// Whether `count` matrices of `order` past [`SMALL_MAX`] go to faer first ([`faer_eigh`]:
+/// its own blocked tridiagonalization and SIMD kernels), to LAPACK where faer cannot take
+/// one: complex ones at every order; real ones in batches of at least as many matrices as
+/// threads, past 256, or with eigenvectors and `?stedc` at hand (`split`: faer's steps around
+/// LAPACK's tridiagonal solver); one large real matrix is as fast by OpenBLAS's own threads.
+/// With eigenvectors, one core, random matrices, faer against OpenBLAS 0.3.x
 /// `?syevd`/`?heevd` (ms): c128 32 0.098/0.100, 64 0.41/0.51, 128 1.89/2.86, 256 10.3/15.8,
 /// 512 64/141; c64 32 0.063/0.102, 128 2.0/2.9, 512 36/142; f32 64 0.20/0.30, 128 1.48/1.25,
-/// 256 4.9/5.2, 512 18/29; f64 128 1.41/1.34, 256 6.2/5.9, 512 31/34.
-fn by_faer<T: Evd>(count: usize, order: usize, threads: usize) -> bool {
-    T::COMPLEX || (order > 256 && count >= threads)
+/// 256 4.9/5.2, 512 18/29; f64 128 1.41/1.34, 256 6.2/5.9, 512 31/34. Split, f64, against
+/// `dsyevd` (µs, Zen 5): 32 58/61, 64 172/192, 128 648/788, 256 2707/3264.
+fn by_faer<T: Evd>(count: usize, order: usize, threads: usize, split: bool) -> bool {
+    T::COMPLEX || (count >= threads && (order > 256 || split))
 }
 
 /// Decomposes every matrix of `a` (`n × n`, its `uplo` triangle read): `w` gets its `n`
@@ -127,12 +136,14 @@ pub fn eigh<T: Evd>(
     let liwork = query.iwork[0].max(1);
 
     let (lower, vectors) = (uplo == b'L' as c_char, jobz == b'V' as c_char);
-    let faer_first = by_faer::<T>(count, order, pool.threads());
+    // LAPACK's tridiagonal solver for faer's real path, where the table has it.
+    let stedc = T::stedc().filter(|_| vectors);
+    let faer_first = by_faer::<T>(count, order, pool.threads(), stedc.is_some());
     let syevd_range = |range: std::ops::Range<usize>| {
         // LAPACK's workspace once a matrix needs it.
         let mut ws = None;
         let mut faer = if faer_first {
-            Some(FaerScratch::new(order, vectors)?)
+            Some(FaerScratch::new(order, vectors, stedc.is_some())?)
         } else {
             None
         };
@@ -144,7 +155,7 @@ pub fn eigh<T: Evd>(
             unsafe {
                 a.column_major(b, &mut staged, |a, ld| {
                     if let Some(faer) = faer.as_mut() {
-                        if faer_eigh(a, order, ld, lower, vectors, w, faer) {
+                        if faer_eigh(a, order, ld, lower, vectors, stedc, w, faer) {
                             info[0] = 0;
                             return Ok(());
                         }
@@ -183,41 +194,165 @@ pub fn eigh<T: Evd>(
     })
 }
 
-/// [`faer_eigh`]'s scratch for one order: faer's, the eigenvalues as `T` and the eigenvectors.
-struct FaerScratch<T> {
+/// [`faer_eigh`]'s scratch for one order: faer's, the eigenvalues as `T`, the eigenvectors
+/// and, for the split path, [`Split`]'s.
+struct FaerScratch<T: Evd> {
     stack: MemBuffer,
     values: Vec<T>,
     vectors: Vec<T>,
+    split: Option<Split<T>>,
+}
+
+/// The split path's own scratch: the tridiagonalized matrix, faer's block reflectors' factors,
+/// the tridiagonal (`d`, `e`), its eigenvectors `z` and `?stedc`'s workspaces.
+struct Split<T: Evd> {
+    reduced: Vec<T>,
+    factors: Vec<T>,
+    block: usize,
+    d: Vec<Real<T>>,
+    e: Vec<Real<T>>,
+    z: Vec<Real<T>>,
+    work: Vec<Real<T>>,
+    iwork: Vec<i32>,
 }
 
 impl<T: Evd> FaerScratch<T> {
-    fn new(order: usize, vectors: bool) -> Result<Self> {
+    fn new(order: usize, vectors: bool, split: bool) -> Result<Self> {
         let compute = if vectors {
             ComputeEigenvectors::Yes
         } else {
             ComputeEigenvectors::No
         };
-        let request = self_adjoint_evd_scratch::<T>(order, compute, Par::Seq, Default::default());
+        let n = order;
+        let block = recommended_block_size::<T>(n, n);
+        let request = StackReq::any_of(&[
+            self_adjoint_evd_scratch::<T>(n, compute, Par::Seq, Default::default()),
+            tridiag_in_place_scratch::<T>(n, Par::Seq, Default::default()),
+            apply_block_householder_sequence_on_the_left_in_place_scratch::<T>(
+                n.saturating_sub(1),
+                block,
+                n,
+            ),
+        ]);
+        let zero = Real::<T>::default();
+        let split = if split {
+            Some(Split {
+                reduced: memory::vec_of(n * n, T::ZERO)?,
+                factors: memory::vec_of(block * n.saturating_sub(1), T::ZERO)?,
+                block,
+                d: memory::vec_of(n, zero)?,
+                e: memory::vec_of(n, zero)?,
+                z: memory::vec_of(n * n, zero)?,
+                // `?stedc`'s minimums for COMPZ = 'I'.
+                work: memory::vec_of(1 + 4 * n + n * n, zero)?,
+                iwork: memory::vec_of(3 + 5 * n, 0)?,
+            })
+        } else {
+            None
+        };
         Ok(FaerScratch {
             stack: memory::faer_scratch(request, "eigh")?,
             values: memory::vec_of(order, T::ZERO)?,
             vectors: memory::vec_of(if vectors { order * order } else { 0 }, T::ZERO)?,
+            split,
         })
     }
 }
 
+/// The eigenvalues (into `values`) and eigenvectors (into `vectors`, `n × n` column-major) of
+/// the self-adjoint `matrix` (its lower triangle read) in three steps: faer's blocked
+/// tridiagonalization, LAPACK's divide and conquer on the real tridiagonal, faer's blocked
+/// back-transformation. For real scalars, whose tridiagonal is the reduced matrix's own
+/// diagonals; false where `?stedc` fails.
+fn split_eigh<T: Evd>(
+    matrix: MatRef<'_, T>,
+    stedc: Stedc<Real<T>>,
+    split: &mut Split<T>,
+    values: &mut [T],
+    vectors: &mut [T],
+    stack: &mut MemStack,
+) -> bool {
+    debug_assert!(
+        !T::COMPLEX,
+        "a complex tridiagonal's off-diagonal is not real"
+    );
+    let n = matrix.nrows();
+    let mut reduced = MatMut::from_column_major_slice_mut(&mut split.reduced, n, n);
+    reduced.copy_from_triangular_lower(matrix);
+    let mut factors =
+        MatMut::from_column_major_slice_mut(&mut split.factors, split.block, n.saturating_sub(1));
+    tridiag_in_place(
+        reduced.rb_mut(),
+        factors.rb_mut(),
+        Par::Seq,
+        stack,
+        Default::default(),
+    );
+    for i in 0..n {
+        split.d[i] = reduced[(i, i)].re();
+        split.e[i] = if i + 1 < n {
+            reduced[(i + 1, i)].re()
+        } else {
+            Real::<T>::default()
+        };
+    }
+    // In LAPACK's integer range: [`eigh`] checked `?syevd`'s larger workspace first.
+    let (order, lwork, liwork) = (n as i32, split.work.len() as i32, split.iwork.len() as i32);
+    let mut info = 0;
+    // SAFETY: `d` and `e` hold the n-element tridiagonal, `z` room for n × n eigenvectors
+    // (leading dimension n), the workspaces LAPACK's minimums for COMPZ = 'I'.
+    unsafe {
+        stedc(
+            &(b'I' as c_char),
+            &order,
+            split.d.as_mut_ptr(),
+            split.e.as_mut_ptr(),
+            split.z.as_mut_ptr(),
+            &order,
+            split.work.as_mut_ptr(),
+            &lwork,
+            split.iwork.as_mut_ptr(),
+            &liwork,
+            &mut info,
+        )
+    };
+    if info != 0 {
+        return false;
+    }
+    for (value, &d) in values.iter_mut().zip(&split.d) {
+        *value = T::from_real(d);
+    }
+    for (vector, &z) in vectors.iter_mut().zip(&split.z) {
+        *vector = T::from_real(z);
+    }
+    if n > 1 {
+        let u = MatMut::from_column_major_slice_mut(vectors, n, n);
+        apply_block_householder_sequence_on_the_left_in_place_with_conj(
+            reduced.rb().submatrix(1, 0, n - 1, n - 1),
+            factors.rb(),
+            Conj::No,
+            u.subrows_mut(1, n - 1),
+            Par::Seq,
+            stack,
+        );
+    }
+    true
+}
+
 /// Decomposes the `n × n` column-major matrix `a` (columns `ld` apart, its lower or upper
 /// triangle read) by faer: its ascending eigenvalues into `w` and, with `vectors`, the
-/// eigenvectors over `a`. False, with nothing written but the diagonal's imaginary parts
-/// (which LAPACK ignores) zeroed, where LAPACK should take the matrix instead: an element not
-/// finite, or so large or small that LAPACK would scale the matrix first (faer does not), or
-/// faer stopped.
+/// eigenvectors over `a`; with `stedc` (real scalars, eigenvectors) by [`split_eigh`]. False,
+/// with nothing written but the diagonal's imaginary parts (which LAPACK ignores) zeroed,
+/// where LAPACK should take the matrix instead: an element not finite, or so large or small
+/// that LAPACK would scale the matrix first (faer does not), or faer or `?stedc` stopped.
+#[allow(clippy::too_many_arguments)]
 fn faer_eigh<T: Evd>(
     a: &mut [T],
     n: usize,
     ld: usize,
     lower: bool,
     vectors: bool,
+    stedc: Option<Stedc<Real<T>>>,
     w: &mut [Real<T>],
     scratch: &mut FaerScratch<T>,
 ) -> bool {
@@ -249,21 +384,34 @@ fn faer_eigh<T: Evd>(
     // faer reads the lower triangle. Aᵀ's is the upper one's transposed: Aᵀ = conj(A), with
     // A's eigenvalues and its eigenvectors conjugated.
     let matrix = if lower { matrix } else { matrix.transpose() };
-    let values = DiagMut::from_slice_mut(&mut scratch.values);
-    let eigenvectors =
-        vectors.then(|| MatMut::from_column_major_slice_mut(&mut scratch.vectors, n, n));
     let stack = MemStack::new(&mut scratch.stack);
     // faer's rotations and reflectors count on gradual underflow, which XLA turns off.
     let _gradual = GradualUnderflow::new();
-    let solved = self_adjoint_evd(
-        matrix,
-        values,
-        eigenvectors,
-        Par::Seq,
-        stack,
-        Default::default(),
-    );
-    if solved.is_err() || !scratch.values.iter().all(|x| x.is_finite()) {
+    let solved = match (stedc, scratch.split.as_mut()) {
+        (Some(stedc), Some(split)) if vectors => split_eigh(
+            matrix,
+            stedc,
+            split,
+            &mut scratch.values,
+            &mut scratch.vectors,
+            stack,
+        ),
+        _ => {
+            let values = DiagMut::from_slice_mut(&mut scratch.values);
+            let eigenvectors =
+                vectors.then(|| MatMut::from_column_major_slice_mut(&mut scratch.vectors, n, n));
+            self_adjoint_evd(
+                matrix,
+                values,
+                eigenvectors,
+                Par::Seq,
+                stack,
+                Default::default(),
+            )
+            .is_ok()
+        }
+    };
+    if !solved || !scratch.values.iter().all(|x| x.is_finite()) {
         return false;
     }
     for (w, x) in w.iter_mut().zip(&scratch.values) {
@@ -316,6 +464,11 @@ pub trait Evd: LapackScalar {
 
     fn routine() -> Result<Self::Routine>;
 
+    /// LAPACK's tridiagonal divide and conquer, which [`faer_eigh`] runs between faer's
+    /// tridiagonalization and back-transformation for real scalars, where the table has it;
+    /// None for complex ones (faer's own solver, which also makes the off-diagonal real).
+    fn stedc() -> Option<Stedc<Real<Self>>>;
+
     /// jaxlib's closed-form `(lwork, lrwork)` for order `n`, LAPACK's documented minimums.
     fn min_work(n: usize, vectors: bool) -> (usize, usize);
 
@@ -342,6 +495,10 @@ macro_rules! real_evd {
 
             fn routine() -> Result<Self::Routine> {
                 routine(<$t as RealLapack>::syevd())
+            }
+
+            fn stedc() -> Option<Stedc<$t>> {
+                <$t as RealLapack>::stedc().ok()
             }
 
             fn min_work(n: usize, vectors: bool) -> (usize, usize) {
@@ -378,6 +535,10 @@ macro_rules! complex_evd {
 
             fn routine() -> Result<Self::Routine> {
                 routine(<$t as ComplexLapack>::heevd())
+            }
+
+            fn stedc() -> Option<Stedc<Real<$t>>> {
+                None
             }
 
             fn min_work(n: usize, vectors: bool) -> (usize, usize) {
