@@ -143,7 +143,7 @@ pub fn eigh<T: Evd>(
         // LAPACK's workspace once a matrix needs it.
         let mut ws = None;
         let mut faer = if faer_first {
-            Some(FaerScratch::new(order, vectors, stedc.is_some())?)
+            Some(FaerScratch::new(order, vectors, stedc)?)
         } else {
             None
         };
@@ -155,7 +155,7 @@ pub fn eigh<T: Evd>(
             unsafe {
                 a.column_major(b, &mut staged, |a, ld| {
                     if let Some(faer) = faer.as_mut() {
-                        if faer_eigh(a, order, ld, lower, vectors, stedc, w, faer) {
+                        if faer_eigh(a, order, ld, lower, vectors, w, faer) {
                             info[0] = 0;
                             return Ok(());
                         }
@@ -195,7 +195,7 @@ pub fn eigh<T: Evd>(
 }
 
 /// [`faer_eigh`]'s scratch for one order: faer's, the eigenvalues as `T`, the eigenvectors
-/// and, for the split path, [`Split`]'s.
+/// and, where it takes the split path, [`Split`]'s.
 struct FaerScratch<T: Evd> {
     stack: MemBuffer,
     values: Vec<T>,
@@ -203,9 +203,10 @@ struct FaerScratch<T: Evd> {
     split: Option<Split<T>>,
 }
 
-/// The split path's own scratch: the tridiagonalized matrix, faer's block reflectors' factors,
-/// the tridiagonal (`d`, `e`), its eigenvectors `z` and `?stedc`'s workspaces.
+/// The split path: `?stedc` and its own scratch (the tridiagonalized matrix, faer's block
+/// reflectors' factors, the tridiagonal `d`, `e`, its eigenvectors `z`, `?stedc`'s workspaces).
 struct Split<T: Evd> {
+    stedc: Stedc<Real<T>>,
     reduced: Vec<T>,
     factors: Vec<T>,
     block: usize,
@@ -217,26 +218,32 @@ struct Split<T: Evd> {
 }
 
 impl<T: Evd> FaerScratch<T> {
-    fn new(order: usize, vectors: bool, split: bool) -> Result<Self> {
-        let compute = if vectors {
-            ComputeEigenvectors::Yes
-        } else {
-            ComputeEigenvectors::No
-        };
+    /// With `stedc` (eigenvectors of real matrices), the split path's scratch; else faer's
+    /// whole solver's.
+    fn new(order: usize, vectors: bool, stedc: Option<Stedc<Real<T>>>) -> Result<Self> {
         let n = order;
         let block = recommended_block_size::<T>(n, n);
-        let request = StackReq::any_of(&[
-            self_adjoint_evd_scratch::<T>(n, compute, Par::Seq, Default::default()),
-            tridiag_in_place_scratch::<T>(n, Par::Seq, Default::default()),
-            apply_block_householder_sequence_on_the_left_in_place_scratch::<T>(
-                n.saturating_sub(1),
-                block,
-                n,
-            ),
-        ]);
+        let request = if stedc.is_some() {
+            StackReq::any_of(&[
+                tridiag_in_place_scratch::<T>(n, Par::Seq, Default::default()),
+                apply_block_householder_sequence_on_the_left_in_place_scratch::<T>(
+                    n.saturating_sub(1),
+                    block,
+                    n,
+                ),
+            ])
+        } else {
+            let compute = if vectors {
+                ComputeEigenvectors::Yes
+            } else {
+                ComputeEigenvectors::No
+            };
+            self_adjoint_evd_scratch::<T>(n, compute, Par::Seq, Default::default())
+        };
         let zero = Real::<T>::default();
-        let split = if split {
-            Some(Split {
+        let split = match stedc {
+            Some(stedc) => Some(Split {
+                stedc,
                 reduced: memory::vec_of(n * n, T::ZERO)?,
                 factors: memory::vec_of(block * n.saturating_sub(1), T::ZERO)?,
                 block,
@@ -246,9 +253,8 @@ impl<T: Evd> FaerScratch<T> {
                 // `?stedc`'s minimums for COMPZ = 'I'.
                 work: memory::vec_of(1 + 4 * n + n * n, zero)?,
                 iwork: memory::vec_of(3 + 5 * n, 0)?,
-            })
-        } else {
-            None
+            }),
+            None => None,
         };
         Ok(FaerScratch {
             stack: memory::faer_scratch(request, "eigh")?,
@@ -266,7 +272,6 @@ impl<T: Evd> FaerScratch<T> {
 /// diagonals; false where `?stedc` fails.
 fn split_eigh<T: Evd>(
     matrix: MatRef<'_, T>,
-    stedc: Stedc<Real<T>>,
     split: &mut Split<T>,
     values: &mut [T],
     vectors: &mut [T],
@@ -302,7 +307,7 @@ fn split_eigh<T: Evd>(
     // SAFETY: `d` and `e` hold the n-element tridiagonal, `z` room for n × n eigenvectors
     // (leading dimension n), the workspaces LAPACK's minimums for COMPZ = 'I'.
     unsafe {
-        stedc(
+        (split.stedc)(
             &(b'I' as c_char),
             &order,
             split.d.as_mut_ptr(),
@@ -341,18 +346,16 @@ fn split_eigh<T: Evd>(
 
 /// Decomposes the `n × n` column-major matrix `a` (columns `ld` apart, its lower or upper
 /// triangle read) by faer: its ascending eigenvalues into `w` and, with `vectors`, the
-/// eigenvectors over `a`; with `stedc` (real scalars, eigenvectors) by [`split_eigh`]. False,
+/// eigenvectors over `a`; by [`split_eigh`] where `scratch` is made for it. False,
 /// with nothing written but the diagonal's imaginary parts (which LAPACK ignores) zeroed,
 /// where LAPACK should take the matrix instead: an element not finite, or so large or small
 /// that LAPACK would scale the matrix first (faer does not), or faer or `?stedc` stopped.
-#[allow(clippy::too_many_arguments)]
 fn faer_eigh<T: Evd>(
     a: &mut [T],
     n: usize,
     ld: usize,
     lower: bool,
     vectors: bool,
-    stedc: Option<Stedc<Real<T>>>,
     w: &mut [Real<T>],
     scratch: &mut FaerScratch<T>,
 ) -> bool {
@@ -387,16 +390,15 @@ fn faer_eigh<T: Evd>(
     let stack = MemStack::new(&mut scratch.stack);
     // faer's rotations and reflectors count on gradual underflow, which XLA turns off.
     let _gradual = GradualUnderflow::new();
-    let solved = match (stedc, scratch.split.as_mut()) {
-        (Some(stedc), Some(split)) if vectors => split_eigh(
+    let solved = match scratch.split.as_mut() {
+        Some(split) => split_eigh(
             matrix,
-            stedc,
             split,
             &mut scratch.values,
             &mut scratch.vectors,
             stack,
         ),
-        _ => {
+        None => {
             let values = DiagMut::from_slice_mut(&mut scratch.values);
             let eigenvectors =
                 vectors.then(|| MatMut::from_column_major_slice_mut(&mut scratch.vectors, n, n));
