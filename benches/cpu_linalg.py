@@ -188,6 +188,22 @@ def peer_results(peer, cases, seed, repeats):
     return results
 
 
+def interleaved_ms(fns, arg, repeats):
+    """Times each compiled function in `fns` on `arg`, alternating between them call by call
+    so that both see the same machine state (this host's load drifts), and returns each one's
+    median in ms. (For the benches that compare functions within one process: rnn, bcoo,
+    spsolve, linalg_sweep.)"""
+    for fn in fns:
+        jax.block_until_ready(fn(arg))
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, samples in zip(fns, times):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(arg))
+            samples.append(time.perf_counter() - start)
+    return [statistics.median(samples) * 1e3 for samples in times]
+
+
 def ratio_bars(path, labels, ratios, title, figsize=(7, 4)):
     """A bar per case of stock time / installed time (the line at 1: as fast), saved to
     ``path``."""
