@@ -67,7 +67,16 @@ pub(crate) fn forward_row<T: Activation, C: Cell>(
     let [s0, s1, s2, s3, s4] = blocks_mut(saved, n, kept);
     let c = if cell { &mut c[..n] } else { c };
     let live = [0 < gates, 1 < gates, 2 < gates, 3 < gates];
-    let quad = |blocks: [&[T]; 4], j: usize| std::array::from_fn(|k| at(blocks[k], j, live[k]));
+    // Arrays written out, not `std::array::from_fn`: that one stays a call compiled for the
+    // baseline x86-64 (outside this function's vector unit), and the loop scalar.
+    let quad = |[b0, b1, b2, b3]: [&[T]; 4], j: usize| {
+        [
+            at(b0, j, live[0]),
+            at(b1, j, live[1]),
+            at(b2, j, live[2]),
+            at(b3, j, live[3]),
+        ]
+    };
     for j in 0..n {
         let state = if cell { c[j] } else { T::ZERO };
         let step = C::forward(
@@ -130,8 +139,14 @@ pub(crate) fn backward_row<T: Activation, C: Cell>(
         } else {
             (T::ZERO, T::ZERO)
         };
-        let values = [s0, s1, s2, s3, s4];
-        let saved = std::array::from_fn(|k| at(values[k], j, k < kept));
+        // Written out, not `std::array::from_fn` (see `forward_row`).
+        let saved = [
+            at(s0, j, 0 < kept),
+            at(s1, j, 1 < kept),
+            at(s2, j, 2 < kept),
+            at(s3, j, 3 < kept),
+            at(s4, j, 4 < kept),
+        ];
         let g = C::backward(dh[j], dc_j, saved, h[j], h_prev[j], c_prev_j);
         for (k, block) in [&mut *di0, &mut *di1, &mut *di2, &mut *di3]
             .into_iter()
