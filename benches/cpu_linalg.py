@@ -137,7 +137,12 @@ def case_key(op, dtype, n):
 
 
 #: Warm-up before timing: at least this many calls and this long (s), at most WARM_MAX calls.
-WARM_CALLS, WARM_SECONDS, WARM_MAX = 3, 0.25, 30
+#: The time, not the count, matters for fast calls: in a process's first 0.1-0.2 s of calls
+#: OpenBLAS's threads spin (numpy's and SciPy's OpenBLAS both show in `perf`; with
+#: OPENBLAS_NUM_THREADS=1 the slow calls are gone after ~10) and take a core on this 2-core
+#: machine. 30 calls of a 1 ms LU ended inside that window: ferrax's lu f64 8192×8 read
+#: 1.0 ms, 0.6 after it.
+WARM_CALLS, WARM_SECONDS, WARM_MAX = 3, 0.25, 2000
 
 
 def median_ms(call, repeats):
