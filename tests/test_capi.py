@@ -27,7 +27,7 @@ import scipy.sparse
 import scipy_openblas32
 
 from ferrax import _library
-from helpers import tridiagonal_matrix
+from helpers import assert_valid_lu, permutation_of_pivots, tridiagonal_matrix
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ROW, COL = 101, 102  # FERRAX_ROW_MAJOR, FERRAX_COL_MAJOR
@@ -681,7 +681,9 @@ def assert_success(results, *infos):
 
 def test_getrf(dtype, random_matrix, assert_close, capi):
     cases = []
-    for layout, (m, n) in itertools.product(LAYOUTS, ((4, 3), (3, 4))):
+    # Past the Rust lanes (40×33, 33×40) row-major matrices are factored where they lie,
+    # with the padding of a leading dimension past the row.
+    for layout, (m, n) in itertools.product(LAYOUTS, ((4, 3), (3, 4), (40, 33), (33, 40))):
         a = random_matrix((BATCH, m, n), dtype)
         cases.append((a, Strided.of(a, layout), output((BATCH, min(m, n)), np.int32),
                       output(BATCH, np.int32)))
@@ -690,7 +692,13 @@ def test_getrf(dtype, random_matrix, assert_close, capi):
                     for a, buf, ipiv, info in cases])
     assert_success(results, *(info for *_, info in cases))
     for a, buf, ipiv, _ in cases:
-        check_getrf(a, buf.matrices, ipiv, assert_close)
+        if min(a.shape[1:]) > 4 and np.finfo(dtype).eps > 1e-10:
+            # Single precision: a near tie between two pivot candidates may fall either way
+            # with another blocking's rounding, so validity only.
+            perm = permutation_of_pivots(ipiv - 1, a.shape[1])
+            assert_valid_lu(a, buf.matrices, perm)
+        else:
+            check_getrf(a, buf.matrices, ipiv, assert_close)
         assert_padding_untouched(buf)
 
 

@@ -242,8 +242,8 @@ pub fn getf2<T: Scalar>(
         // x86-64 rather than the caller's vector unit (the complex reciprocals: 10% of an 8×8
         // batch's time, scalar and branching).
         let mut largest = [<T::Real as Real>::ZERO; LANES];
-        for l in 0..LANES {
-            largest[l] = lanes(s, at(j, j))[l].abs1();
+        for (l, x) in largest.iter_mut().zip(lanes(s, at(j, j))) {
+            *l = x.abs1();
         }
         for i in j + 1..m {
             let x = lanes(s, at(i, j));

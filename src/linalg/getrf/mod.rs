@@ -24,6 +24,9 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+mod row_major;
+use row_major::getrf_row_major;
+
 /// Up to this many rows and columns the matrices are factored in Rust, [`SIMD_GROUP`] at a
 /// time ([`simd::getf2`] compiled for the widest vector unit; [`getf2`] for the rest;
 /// LAPACK's unblocked algorithm and output): there one OpenBLAS call costs more than the
@@ -43,8 +46,9 @@ pub fn small_max<T: Scalar>() -> usize {
 /// Factors every matrix of `a` (`m × n`) into `a.output`: `ipiv` gets its `min(m, n)` 1-based
 /// pivots and `info` its LAPACK `info` (`i > 0`: `U[i-1, i-1]` is exactly zero).
 ///
-/// Past [`small_max`], faer's recursive LU (its own SIMD matrix products), 1.1–1.4× OpenBLAS's
-/// `?getrf` per matrix up to 256, one matrix per task; or, by [`one_matrix_over_pool`],
+/// Past [`small_max`], one matrix per task: row-major ones where they lie by
+/// [`getrf_row_major`], column-major ones by faer's recursive LU (its own SIMD matrix
+/// products, 1.1–1.4× OpenBLAS's `?getrf` per matrix up to 256); or, by [`one_matrix_over_pool`],
 /// [`pooled_getrf`] (one 512×512 f64 matrix, row-major, 2 cores: 5.9 ms by jax's rule, 3.2 ms).
 pub fn getrf<T: LapackScalar>(
     pool: &dyn Pool,
@@ -122,30 +126,68 @@ pub fn getrf<T: LapackScalar>(
         }
         return Ok(());
     }
+    // Row-major matrices are factored where they lie, column-major ones by faer's LU.
+    let row_major = k > 0 && a.output.strides()[1] == 1;
     for_each_chunk(pool, count, flops, &|range| {
         let (mut staged, mut original) = (Vec::new(), Vec::new());
         let mut rows_order = vec![0usize; 3 * rows];
         let mut transpositions = vec![MaybeUninit::<usize>::uninit(); k];
         for b in range {
             let (p, info) = results(b, 1);
-            // SAFETY: matrix `b`, which this task alone touches; LAPACK reads and writes the
-            // m×n matrix (leading dimension `ld`), min(m, n) pivots and one info.
+            // SAFETY: matrix `b`, which this task alone touches.
+            if row_major && unsafe { factor_row_major(&a, b, &mut original, p) } {
+                info[0] = 0;
+                continue;
+            }
+            // SAFETY: as above; LAPACK reads and writes the m×n matrix (leading dimension
+            // `ld`), min(m, n) pivots and one info.
             unsafe {
                 a.column_major(b, &mut staged, |a, ld| {
-                    original.clear();
-                    original.extend_from_slice(&a[..]);
-                    let stack = MemStack::new_any(&mut transpositions);
-                    if faer_getrf(a, rows, cols, ld, p, &mut rows_order, stack) {
-                        info[0] = 0;
-                        return;
+                    if !row_major {
+                        original.clear();
+                        original.extend_from_slice(&a[..]);
+                        let stack = MemStack::new_any(&mut transpositions);
+                        if faer_getrf(a, rows, cols, ld, p, &mut rows_order, stack) {
+                            info[0] = 0;
+                            return;
+                        }
+                        a.copy_from_slice(&original);
                     }
-                    a.copy_from_slice(&original);
                     lapack_getrf(getrf, m, n, a, ld, p, &mut info[0])
                 })?
             };
         }
         Ok(())
     })
+}
+
+/// [`getrf_row_major`] of matrix `b` (row-major, not empty) into the result, its pivots in
+/// `ipiv`; false where it takes a pivot that LAPACK treats apart, with the operand as it was
+/// (`saved`: its copy where the result is the operand's memory).
+///
+/// # Safety
+/// `b < count`; nothing else touches the matrix meanwhile.
+unsafe fn factor_row_major<T: LapackScalar>(
+    a: &InOut<T>,
+    b: usize,
+    saved: &mut Vec<T>,
+    ipiv: &mut [i32],
+) -> bool {
+    let (rows, cols, [row_stride, _]) = (a.output.rows(), a.output.cols(), a.output.strides());
+    let in_place = std::ptr::eq(a.input.matrix(b), a.output.matrix(b));
+    a.input.copy_to(b, &a.output);
+    if in_place {
+        saved.clear();
+        saved.extend_from_slice(a.output.matrix_span(b));
+    }
+    let matrix = MatMut::from_raw_parts_mut(a.output.matrix(b), rows, cols, row_stride as isize, 1);
+    if getrf_row_major(matrix, ipiv) {
+        return true;
+    }
+    if in_place {
+        a.output.matrix_span(b).copy_from_slice(saved);
+    }
+    false
 }
 
 /// One matrix over the pool, in place in whatever layout it is, right-looking by panels of
