@@ -459,21 +459,52 @@ impl<T: Copy> InOut<T> {
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T], Layout) -> R,
     ) -> Result<R> {
+        self.packed_from(first, count, row_major_too, scratch, |source, group, layout| {
+            if let Some(source) = source {
+                group.copy_from_slice(source);
+            }
+            f(group, layout)
+        })
+    }
+
+    /// [`InOut::packed`] for routines that read their operand once, into scratch of their
+    /// own: `f(source, matrices, layout)` gets the input's matrices as `source` where they are
+    /// packed as the result's and apart from them (then `matrices`, the result's, is only to
+    /// be written), else None and `matrices` holding the input (no copy to make).
+    ///
+    /// # Safety
+    /// As [`InOut::packed`].
+    pub unsafe fn packed_from<R>(
+        &self,
+        first: usize,
+        count: usize,
+        row_major_too: bool,
+        scratch: &mut Vec<T>,
+        f: impl FnOnce(Option<&[T]>, &mut [T], Layout) -> R,
+    ) -> Result<R> {
         let range = first..first + count;
         let layout = self
             .output
             .packed_layout()
             .filter(|&layout| row_major_too || layout == Layout::ColumnMajor);
         if let (Some(layout), Some(group)) = (layout, self.output.packed_group(first, count)) {
+            let apart = !std::ptr::eq(self.input.ptr, self.output.ptr);
+            if let Some(source) = self
+                .input
+                .packed_group(first, count)
+                .filter(|_| apart && self.input.packed_layout() == Some(layout))
+            {
+                return Ok(f(Some(source), group, layout));
+            }
             range.for_each(|b| self.input.copy_to(b, &self.output));
-            return Ok(f(group, layout));
+            return Ok(f(None, group, layout));
         }
         let len = self.input.rows * self.input.cols;
         let staged = stage(scratch, count * len, self.input.ptr)?;
         for (k, b) in range.clone().enumerate() {
             self.input.gather(b, &mut staged[k * len..(k + 1) * len]);
         }
-        let result = f(staged, Layout::ColumnMajor);
+        let result = f(None, staged, Layout::ColumnMajor);
         for (k, b) in range.enumerate() {
             self.output.scatter(b, &staged[k * len..(k + 1) * len]);
         }

@@ -208,14 +208,18 @@ pub fn potf2<T: Scalar>(
 }
 
 /// [`getf2`](super::getf2) for the `LANES` consecutive `m×n` matrices of `a`, each stored
-/// contiguously in `layout` (the packed result stays in that layout): matrix `l`'s pivots go to
+/// contiguously in `layout` (the packed result stays in that layout), or of `source` (laid out
+/// as `a`, which then only takes the result): matrix `l`'s pivots go to
 /// `ipiv[l·min(m, n)..]` and its `info` to `info[l]`. `scratch` holds at least `LANES·m·n`
 /// elements (its contents are overwritten).
 ///
 /// # Panics
-/// If `a` or `scratch` is shorter than `LANES·m·n`, or `ipiv` than `LANES·min(m, n)`.
+/// If `a`, `source` or `scratch` is shorter than `LANES·m·n`, or `ipiv` than
+/// `LANES·min(m, n)`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // LAPACK's arguments, the source and the scratch
 pub fn getf2<T: Scalar>(
+    source: Option<&[T]>,
     a: &mut [T],
     m: usize,
     n: usize,
@@ -231,7 +235,9 @@ pub fn getf2<T: Scalar>(
     if len == 0 {
         return;
     }
-    interleave_from(a, m, n, layout, scratch);
+    let source = source.unwrap_or(a);
+    check_sizes(source, len, scratch);
+    interleave_from(source, m, n, layout, scratch);
     let s = &mut scratch[..LANES * len];
     let at = |i: usize, j: usize| j * m + i;
     let zero = T::ZERO;

@@ -887,7 +887,7 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
         if len == 0 {
             let mut info = [7; LANES];
             for layout in [Layout::ColumnMajor, Layout::RowMajor] {
-                simd::getf2(&mut a, m, n, layout, &mut [], &mut info, &mut []);
+                simd::getf2(None, &mut a, m, n, layout, &mut [], &mut info, &mut []);
                 assert_eq!(info, [0; LANES]);
             }
             simd::potf2(&mut a, 0, true, &mut info, &mut []);
@@ -937,20 +937,29 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
             (Layout::ColumnMajor, a.clone(), expected.clone()),
             (Layout::RowMajor, row_major(&a), row_major(&expected)),
         ] {
-            let mut got = input;
-            let (mut ipiv, mut info) = (vec![0; LANES * k], [0; LANES]);
-            let mut scratch = vec![T::ZERO; LANES * len];
-            simd::getf2(&mut got, m, n, layout, &mut ipiv, &mut info, &mut scratch);
-            assert_eq!(
-                (info, &ipiv),
-                (expected_info, &expected_ipiv),
-                "getrf {m}x{n} {layout:?}"
-            );
-            for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
-                assert!(
-                    x.same(*y),
-                    "getrf {m}x{n} {layout:?}: element {e}: {x:?} != {y:?}"
+            // In place, and from a source into a result that holds anything.
+            for from_source in [false, true] {
+                let mut got = if from_source {
+                    rng.matrices(LANES * len)
+                } else {
+                    input.clone()
+                };
+                let source = from_source.then_some(&input[..]);
+                let (mut ipiv, mut info) = (vec![0; LANES * k], [0; LANES]);
+                let mut scratch = vec![T::ZERO; LANES * len];
+                simd::getf2(source, &mut got, m, n, layout, &mut ipiv, &mut info, &mut scratch);
+                assert_eq!(
+                    (info, &ipiv),
+                    (expected_info, &expected_ipiv),
+                    "getrf {m}x{n} {layout:?} from source {from_source}"
                 );
+                for (e, (x, y)) in got.iter().zip(&expected).enumerate() {
+                    assert!(
+                        x.same(*y),
+                        "getrf {m}x{n} {layout:?} from source {from_source}: element {e}: \
+                         {x:?} != {y:?}"
+                    );
+                }
             }
         }
 

@@ -89,13 +89,14 @@ pub fn getrf<T: LapackScalar>(
                     let info = info.try_into().expect("SIMD_GROUP infos");
                     // SAFETY: matrices of this task, which it alone touches.
                     unsafe {
-                        a.packed(
+                        a.packed_from(
                             first,
                             SIMD_GROUP,
                             true,
                             &mut staged_group,
-                            |group, layout| {
-                                getf2_lanes(group, rows, cols, layout, p, info, &mut lane_scratch)
+                            |source, group, layout| {
+                                let scratch = &mut lane_scratch;
+                                getf2_lanes(source, group, rows, cols, layout, p, info, scratch)
                             },
                         )
                     }
@@ -459,7 +460,9 @@ fn faer_getrf<T: LapackScalar>(
 
 simd_dispatch! {
     /// [`simd::getf2`], compiled for the widest vector unit.
+    #[allow(clippy::too_many_arguments)] // simd::getf2's
     fn getf2_lanes<T: Scalar>(
+        source: Option<&[T]>,
         a: &mut [T],
         m: usize,
         n: usize,
@@ -468,6 +471,6 @@ simd_dispatch! {
         info: &mut [i32; SIMD_GROUP],
         scratch: &mut [T],
     ) {
-        simd::getf2(a, m, n, layout, ipiv, info, scratch)
+        simd::getf2(source, a, m, n, layout, ipiv, info, scratch)
     }
 }
