@@ -459,12 +459,18 @@ impl<T: Copy> InOut<T> {
         scratch: &mut Vec<T>,
         f: impl FnOnce(&mut [T], Layout) -> R,
     ) -> Result<R> {
-        self.packed_from(first, count, row_major_too, scratch, |source, group, layout| {
-            if let Some(source) = source {
-                group.copy_from_slice(source);
-            }
-            f(group, layout)
-        })
+        self.packed_from(
+            first,
+            count,
+            row_major_too,
+            scratch,
+            |source, group, layout| {
+                if let Some(source) = source {
+                    group.copy_from_slice(source);
+                }
+                f(group, layout)
+            },
+        )
     }
 
     /// [`InOut::packed`] for routines that read their operand once, into scratch of their

@@ -947,7 +947,16 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
                 let source = from_source.then_some(&input[..]);
                 let (mut ipiv, mut info) = (vec![0; LANES * k], [0; LANES]);
                 let mut scratch = vec![T::ZERO; LANES * len];
-                simd::getf2(source, &mut got, m, n, layout, &mut ipiv, &mut info, &mut scratch);
+                simd::getf2(
+                    source,
+                    &mut got,
+                    m,
+                    n,
+                    layout,
+                    &mut ipiv,
+                    &mut info,
+                    &mut scratch,
+                );
                 assert_eq!(
                     (info, &ipiv),
                     (expected_info, &expected_ipiv),

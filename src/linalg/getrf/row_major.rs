@@ -80,7 +80,10 @@ fn swap_rows<T>(mut a: MatMut<'_, T>, pivots: &[i32], first: usize) {
         if row != pivot {
             // SAFETY: two distinct rows of `a`, each `cols` adjacent elements.
             unsafe {
-                let (x, y) = (a.rb_mut().ptr_at_mut(row, 0), a.rb_mut().ptr_at_mut(pivot, 0));
+                let (x, y) = (
+                    a.rb_mut().ptr_at_mut(row, 0),
+                    a.rb_mut().ptr_at_mut(pivot, 0),
+                );
                 std::ptr::swap_nonoverlapping(x, y, cols);
             }
         }
