@@ -266,14 +266,29 @@ pub fn getf2<T: Scalar>(
         }
         for l in 0..LANES {
             ipiv[l * k + j] = pivot_row[l] as i32 + 1;
-            if pivot[l] == zero {
-                if info[l] == 0 {
-                    info[l] = j as i32 + 1;
+            if pivot[l] == zero && info[l] == 0 {
+                info[l] = j as i32 + 1;
+            }
+        }
+        // Row j with each lane's pivot row, a column at a time: a gather of the pivot rows'
+        // lanes and a scatter of row j's (a lane that keeps row j reads and writes it; a zero
+        // pivot is only ever row j's own, as no zero exceeds another).
+        if pivot_row.iter().any(|&r| r != j) {
+            let mut offset = [0usize; LANES];
+            for l in 0..LANES {
+                offset[l] = pivot_row[l] * LANES + l;
+            }
+            for c in 0..n {
+                let column = &mut s[at(0, c) * LANES..at(0, c + 1) * LANES];
+                let row_j = *lanes(column, j);
+                let mut taken = row_j;
+                for l in 0..LANES {
+                    taken[l] = column[offset[l]];
                 }
-            } else if pivot_row[l] != j {
-                for c in 0..n {
-                    s.swap(at(j, c) * LANES + l, at(pivot_row[l], c) * LANES + l);
+                for l in 0..LANES {
+                    column[offset[l]] = row_j[l];
                 }
+                column[j * LANES..(j + 1) * LANES].copy_from_slice(&taken);
             }
         }
         // Below the pivot: times its reciprocal, or divided by it where the pivot is below the
