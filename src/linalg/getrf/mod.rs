@@ -49,7 +49,8 @@ pub fn small_max<T: Scalar>() -> usize {
 /// Past [`small_max`], one matrix per task: row-major ones where they lie by
 /// [`getrf_row_major`], column-major ones by faer's recursive LU (its own SIMD matrix
 /// products, 1.1–1.4× OpenBLAS's `?getrf` per matrix up to 256); or, by
-/// [`one_matrix_over_pool`], [`pooled_getrf`] (one 512×512 f64 matrix, row-major, 2 cores: 5.9 ms by jax's rule, 3.2 ms).
+/// [`one_matrix_over_pool`], [`pooled_getrf`] (one 512×512 f64 matrix, row-major, 2 cores:
+/// 5.9 ms by jax's rule, 3.2 ms).
 pub fn getrf<T: LapackScalar>(
     pool: &dyn Pool,
     a: InOut<T>,

@@ -29,8 +29,7 @@ pub fn getrf_row_major<T: LapackScalar>(mut a: MatMut<'_, T>, ipiv: &mut [i32]) 
         return tall(a, ipiv);
     }
     // Wide: the leading square, then the rest of `U`'s rows.
-    let (left, mut right) = a.rb_mut().split_at_col_mut(m);
-    let mut left = left;
+    let (mut left, mut right) = a.rb_mut().split_at_col_mut(m);
     if !tall(left.rb_mut(), ipiv) {
         return false;
     }
