@@ -775,10 +775,13 @@ def test_trsm(dtype, random_matrix, assert_close, capi):
 
 @pytest.mark.parametrize("op", ["gesdd", "gesvd"])
 def test_gesdd(op, dtype, random_matrix, assert_close, capi):
-    """gesdd and gesvd: jobz 'A', 'S' and 'N' (u and vt null); `a` is left as it was."""
+    """gesdd and gesvd: jobz 'A', 'S' and 'N' (u and vt null); `a` is left as it was. The
+    larger shapes take faer's SVD in gesdd with vectors (`SVD_FAER_MIN`)."""
     real = np.finfo(dtype).dtype
     cases = []
-    for layout, (m, n), jobz in itertools.product(LAYOUTS, ((4, 3), (3, 4)), "ASN"):
+    f = _library.limits()["SVD_FAER_MIN"]
+    shapes = ((4, 3), (3, 4), (f + 3, f), (f - 9, f + 1))
+    for layout, (m, n), jobz in itertools.product(LAYOUTS, shapes, "ASN"):
         a, k = random_matrix((BATCH, m, n), dtype), min(m, n)
         u_cols, vt_rows = (m, n) if jobz == "A" else (k, k)
         u, vt = (None, None) if jobz == "N" else (

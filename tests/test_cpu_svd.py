@@ -354,3 +354,102 @@ def test_small_batch_vmap_grad_and_svd_users_match_stock(stock_vs_ferrax, dtype)
     for e, g in zip(expected, got):
         scale = max(1.0, float(np.abs(e).max()))
         np.testing.assert_allclose(g, e, rtol=0, atol=1e3 * np.finfo(dtype).eps * scale)
+
+
+# --- larger matrices with vectors: faer's SVD --------------------------------------------------
+
+#: The order (`max(m, n)`) from which the SVD with vectors is faer's (`SVD_FAER_MIN` in
+#: src/linalg/svd.rs); below it, and without vectors, LAPACK's ?gesdd.
+FAER_MIN = ferrax._library.limits()["SVD_FAER_MIN"]
+
+
+def faer_shapes():
+    f = FAER_MIN
+    # The last is LAPACK's, next to the boundary.
+    return [(f, f), (f + 9, f), (f, f + 9), (2 * f + 3, f // 4), (f // 4, 2 * f + 3), (f - 1, f - 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch", [(1,), (3,)])
+def test_faer_sizes_are_valid_svds(installed, dtype, batch):
+    for shape in faer_shapes():
+        a = random_matrix(batch + shape, dtype)
+        reference = np.linalg.svd(a.astype(np.complex128), compute_uv=False)
+        (u, s, vt), (ur, sr, vtr), values = jax.tree.map(np.asarray, jax.jit(all_modes)(a))
+        m, n = shape
+        k = min(m, n)
+        assert u.shape == batch + (m, m) and vt.shape == batch + (n, n)
+        assert ur.shape == batch + (m, k) and vtr.shape == batch + (k, n)
+        where = f"{batch + shape} {np.dtype(dtype).name}"
+        assert_valid_svd(a, u, s, vt, dtype, reference, where + " full")
+        assert_valid_svd(a, ur, sr, vtr, dtype, reference, where + " reduced")
+        assert_valid_svd(a, None, values, None, dtype, reference, where + " values")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_faer_vectors_match_lapack_up_to_phase(installed, dtype):
+    # As test_small_batch_vectors_match_lapack_up_to_phase, one tall and one square batch.
+    for shape in [(FAER_MIN + 9, FAER_MIN), (FAER_MIN, FAER_MIN)]:
+        a = random_matrix((2,) + shape, dtype)
+        u, s, vt = map(np.asarray, jax.jit(lambda x: jnp.linalg.svd(x, full_matrices=False))(a))
+        ru, rs, rvt = np.linalg.svd(a, full_matrices=False)
+        gaps = np.min(-np.diff(rs, axis=-1) / rs[..., :1], axis=-1)
+        keep = gaps > 1e-3
+        phase = np.sum(np.conj(ru) * u, axis=-2)
+        tol = 1e3 * np.finfo(dtype).eps * max(shape)
+        np.testing.assert_allclose(np.abs(phase[keep]), 1, atol=tol)
+        np.testing.assert_allclose(u[keep], (ru * phase[:, None, :])[keep], atol=tol)
+        np.testing.assert_allclose(vt[keep], (rvt * np.conj(phase)[:, :, None])[keep], atol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_faer_special_inputs(installed, dtype):
+    # Rank-deficient, graded, NaN, Inf, zero, tiny and huge matrices: the zero, tiny and huge
+    # ones (which ?gesdd scales first; faer does not) go to LAPACK, the one just above LAPACK's
+    # lower scaling bound stays with faer.
+    m, n = FAER_MIN, FAER_MIN - 4
+    finfo = np.finfo(dtype)
+    a = random_matrix((10, m, n), dtype)
+    a[0] = random_matrix((m, 3), dtype) @ random_matrix((3, n), dtype)  # rank 3
+    a[1] = a[1] * np.logspace(0, -12 if finfo.bits >= 64 else -5, n)  # graded columns
+    a[2, 5, 7] = np.nan
+    a[3, 0, 1] = np.inf
+    a[4] = 0
+    a[5] *= finfo.tiny * 2**20  # squares underflow; no subnormals (XLA flushes them)
+    a[6] *= finfo.max / 64
+    a[7] /= np.abs(a[7]).max()  # largest modulus 1, then just above sqrt(safmin) / eps
+    a[7] *= 4 * np.sqrt(finfo.tiny) / finfo.eps
+    a[8, :, 1] = a[8, :, 0]  # two equal columns
+    (u, s, vt), (ur, sr, vtr), values = jax.tree.map(np.asarray, jax.jit(all_modes)(a))
+    bad = [2, 3]
+    for x in (u, s, vt, ur, sr, vtr, values):
+        assert np.isnan(x[bad]).all()
+        assert not np.isnan(np.delete(x, bad, axis=0)).any()
+    good = [i for i in range(10) if i not in bad]
+    scale = np.abs(a[good]).astype(np.float64).max(axis=(-2, -1), keepdims=True)
+    scale[scale == 0] = 1
+    unit = a[good].astype(np.complex128) / scale
+    reference = np.linalg.svd(unit, compute_uv=False)
+    assert_valid_svd(unit, u[good], s[good] / scale[..., 0], vt[good], dtype, reference)
+    assert_valid_svd(unit, ur[good], sr[good] / scale[..., 0], vtr[good], dtype, reference)
+    np.testing.assert_array_equal(s[4], 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_faer_vmap_grad_and_svd_users_match_stock(stock_vs_ferrax, dtype):
+    # As test_small_batch_vmap_grad_and_svd_users_match_stock, at faer's sizes.
+    n = FAER_MIN
+    a = random_matrix((2, 1, n, n), dtype) + (2 * n * np.eye(n)).astype(dtype)
+    nuclear = lambda x: jnp.sum(jnp.linalg.svd(x, compute_uv=False))  # noqa: E731
+    real = lambda x: jnp.real(x) if np.iscomplexobj(x) else x  # noqa: E731
+    fn = jax.jit(jax.vmap(lambda x: (
+        jnp.linalg.pinv(x),
+        jax.vmap(jax.grad(lambda y: nuclear(real(y))))(real(x)),
+        jnp.linalg.matrix_rank(x),
+        jnp.linalg.svd(x, compute_uv=False),
+    )))
+    expected, got = stock_vs_ferrax(fn, a)
+    assert TARGET in fn.lower(a).as_text()
+    for e, g in zip(expected, got):
+        scale = max(1.0, float(np.abs(e).max()))
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e3 * np.finfo(dtype).eps * scale)

@@ -2,7 +2,7 @@
 //! that the Python package reads them instead of copying them. Each value is the Rust constant
 //! itself and each name is that constant's (a per-type one's with the type appended).
 
-use crate::linalg::svd::Svd;
+use crate::linalg::svd::{Svd, SVD_FAER_MIN};
 use ferrax_kernels::small::FUSED_CHOLESKY_BLOCK_MAX;
 use num_complex::Complex;
 use std::ffi::c_char;
@@ -36,6 +36,8 @@ limits!(
     SVD_JACOBI_MAX_F64 = <f64 as Svd>::JACOBI_MAX,
     SVD_JACOBI_MAX_C64 = <Complex<f32> as Svd>::JACOBI_MAX,
     SVD_JACOBI_MAX_C128 = <Complex<f64> as Svd>::JACOBI_MAX,
+    // The order from which the CPU SVD with vectors is faer's.
+    SVD_FAER_MIN,
 );
 
 /// Returns the limits table and writes its length to `count`.
