@@ -343,6 +343,15 @@ impl<T: Copy> InOut<T> {
         }
     }
 
+    /// Whether matrix `b` of the input is the result's own memory (XLA aliased them, or the
+    /// C ABI's in-place call).
+    ///
+    /// # Safety
+    /// `b` is in both views.
+    pub unsafe fn aliased(&self, b: usize) -> bool {
+        std::ptr::eq(self.input.matrix(b), self.output.matrix(b))
+    }
+
     /// Copies every matrix of the input to the result: nothing to do (and no batch to walk)
     /// where the matrices are empty or the two are one memory.
     ///
@@ -426,9 +435,8 @@ impl<T: Copy> InOut<T> {
     ) -> Result<R> {
         let (rows, len) = (self.input.rows, self.input.rows * self.input.cols);
         let packed = |view: &Batch<T>| view.lapack_ld() == Some(rows.max(1));
-        let aliased = std::ptr::eq(self.input.matrix(b), self.output.matrix(b));
         let [staged_in, staged_out] = scratch;
-        let input: &[T] = if packed(&self.input) && !aliased {
+        let input: &[T] = if packed(&self.input) && !self.aliased(b) {
             self.input.matrix_span(b)
         } else {
             let staged = stage(staged_in, len, self.input.ptr)?;
@@ -494,11 +502,10 @@ impl<T: Copy> InOut<T> {
             .packed_layout()
             .filter(|&layout| row_major_too || layout == Layout::ColumnMajor);
         if let (Some(layout), Some(group)) = (layout, self.output.packed_group(first, count)) {
-            let apart = !std::ptr::eq(self.input.ptr, self.output.ptr);
             if let Some(source) = self
                 .input
                 .packed_group(first, count)
-                .filter(|_| apart && self.input.packed_layout() == Some(layout))
+                .filter(|_| !self.aliased(first) && self.input.packed_layout() == Some(layout))
             {
                 return Ok(f(Some(source), group, layout));
             }

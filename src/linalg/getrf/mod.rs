@@ -15,6 +15,7 @@ use faer::dyn_stack::MemStack;
 use faer::linalg::lu::partial_pivoting::factor::lu_in_place;
 use faer::linalg::matmul::matmul;
 use faer::linalg::triangular_solve::solve_unit_lower_triangular_in_place;
+use faer::prelude::ReborrowMut;
 use faer::{Accum, MatMut, MatRef, Par};
 use ferrax_cpu_fallback::Getrf;
 use ferrax_kernels::scalar::{Real, Scalar};
@@ -176,7 +177,7 @@ unsafe fn factor_row_major<T: LapackScalar>(
     ipiv: &mut [i32],
 ) -> bool {
     let (rows, cols, [row_stride, _]) = (a.output.rows(), a.output.cols(), a.output.strides());
-    let in_place = std::ptr::eq(a.input.matrix(b), a.output.matrix(b));
+    let in_place = a.aliased(b);
     a.input.copy_to(b, &a.output);
     if in_place {
         saved.clear();
@@ -245,7 +246,7 @@ unsafe fn pooled_getrf<T: LapackScalar>(
             rest.iter_mut().for_each(|p| *p += start as i32);
             let pivots = &*rest;
             return parallel_chunks(pool, start, PANEL / 2, &|range| {
-                swap_rows(&matrix, range, start, pivots);
+                swap_rows_in(&matrix, range, start, pivots);
                 Ok(())
             });
         }
@@ -276,7 +277,7 @@ unsafe fn pooled_getrf<T: LapackScalar>(
             start + cols - next - next_width,
             &|range| {
                 let left = range.start..range.end.min(start);
-                swap_rows(&matrix, left, start, pivots);
+                swap_rows_in(&matrix, left, start, pivots);
                 let right = range.start.max(start)..range.end;
                 if !right.is_empty() {
                     update(
@@ -334,38 +335,52 @@ unsafe fn factor_panel<T: LapackScalar>(
 ///
 /// # Safety
 /// Those columns are the calling task's.
-unsafe fn swap_rows<T>(
+unsafe fn swap_rows_in<T>(
     matrix: &SharedMatrix<T>,
     columns: Range<usize>,
     start: usize,
     pivots: &[i32],
 ) {
-    if columns.is_empty() {
-        return;
+    if !columns.is_empty() {
+        let (rows, first, width) = (matrix.rows(), columns.start, columns.len());
+        swap_rows(matrix.write(0, first, rows, width), pivots, start);
     }
-    let rows = pivots
+}
+
+/// Swaps row `first + i` of `a` with row `pivots[i] - 1` (LAPACK's 1-based pivots), for each
+/// `i`: whole rows at once where a row's elements are adjacent, else column by column.
+fn swap_rows<T>(mut a: MatMut<'_, T>, pivots: &[i32], first: usize) {
+    let (rows, cols) = (a.nrows(), a.ncols());
+    let swaps = pivots
         .iter()
         .enumerate()
-        .map(|(i, &p)| (start + i, p as usize - 1))
+        .map(|(i, &p)| (first + i, p as usize - 1))
         .filter(|(row, pivot)| row != pivot);
-    let [row_stride, col_stride] = matrix.strides();
-    if col_stride == 1 {
-        // A row's elements are adjacent: whole row segments at once.
-        let (first, len) = (columns.start, columns.len());
-        for (row, pivot) in rows {
-            std::ptr::swap_nonoverlapping(matrix.at(row, first), matrix.at(pivot, first), len);
-        }
-    } else if col_stride < row_stride {
-        // Along the matrix's memory: row by row.
-        for (row, pivot) in rows {
-            for c in columns.clone() {
-                std::ptr::swap(matrix.at(row, c), matrix.at(pivot, c));
+    for (row, pivot) in swaps.clone() {
+        assert!(row < rows && pivot < rows);
+    }
+    if cols == 0 {
+        return;
+    }
+    // SAFETY: two distinct rows of `a` (checked above), element by element or, where a row's
+    // elements are adjacent, `cols` at once.
+    unsafe {
+        if a.col_stride() == 1 {
+            for (row, pivot) in swaps {
+                let (x, y) = (
+                    a.rb_mut().ptr_at_mut(row, 0),
+                    a.rb_mut().ptr_at_mut(pivot, 0),
+                );
+                std::ptr::swap_nonoverlapping(x, y, cols);
             }
-        }
-    } else {
-        for c in columns {
-            for (row, pivot) in rows.clone() {
-                std::ptr::swap(matrix.at(row, c), matrix.at(pivot, c));
+        } else {
+            for j in 0..cols {
+                for (row, pivot) in swaps.clone() {
+                    std::ptr::swap(
+                        a.rb_mut().ptr_at_mut(row, j),
+                        a.rb_mut().ptr_at_mut(pivot, j),
+                    );
+                }
             }
         }
     }
@@ -386,7 +401,7 @@ unsafe fn update<T: LapackScalar>(
     if columns.is_empty() {
         return;
     }
-    swap_rows(matrix, columns.clone(), start, pivots);
+    swap_rows_in(matrix, columns.clone(), start, pivots);
     let (c, w, below, rows) = (columns.start, columns.len(), start + width, matrix.rows());
     let lower = matrix.read(start, start, width, width);
     solve_unit_lower_triangular_in_place(lower, matrix.write(start, c, width, w), Par::Seq);
