@@ -68,16 +68,18 @@ def installed():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-# Orders on both sides of where ferrax's substitution loops give way to faer's solves (8), and
-# past 256, where getrf factors each matrix over all the threads.
-@pytest.mark.parametrize("n", [1, 4, 7, 8, 33, 256, 300])
+# Orders on both sides of where ferrax's substitution loops give way to faer's solves (8) and,
+# with one right-hand side (a vector or one column), where its row-wise substitution does (64),
+# and past 256, where getrf factors each matrix over all the threads.
+@pytest.mark.parametrize("n", [1, 4, 7, 8, 33, 64, 65, 256, 300])
 # jnp.linalg.solve takes a vector b with a single matrix only.
 @pytest.mark.parametrize("batch,rhs", [((), "vector"), ((), "matrix"), ((5,), "matrix"),
-                                       ((2, 3), "matrix")])
+                                       ((2, 3), "matrix"), ((9,), "column"),
+                                       ((2, 3), "column")])
 def test_solve_is_one_call_and_accurate(dtype, n, batch, rhs):
     rng = np.random.default_rng()
     a = rand(rng, batch + (n, n), dtype)
-    b = rand(rng, batch + ((n,) if rhs == "vector" else (n, 3)), dtype)
+    b = rand(rng, batch + {"vector": (n,), "matrix": (n, 3), "column": (n, 1)}[rhs], dtype)
     text = lowered(jnp.linalg.solve, a, b)
     assert TARGET in text and "ferrax_trsm" not in text
     x = jax.jit(jnp.linalg.solve)(a, b)
@@ -120,15 +122,16 @@ def test_one_system_many_right_hand_sides(dtype, trans):
     assert_backward_stable(a, inverse, np.eye(64, dtype=dtype), dtype)
 
 
+@pytest.mark.parametrize("k", [1, 2])
 @pytest.mark.parametrize("trans", [0, 1])
-def test_a_permutation_that_is_none_gives_jax_result(trans):
+def test_a_permutation_that_is_none_gives_jax_result(trans, k):
     # jax gathers rows (trans 0) or puts them back by a stable argsort (trans 1): repeated
     # entries give what jax's steps give.
     rng = np.random.default_rng()
     lu = np.triu(rand(rng, (3, 4, 4), np.float64)) + 4 * np.eye(4) \
         + np.tril(rand(rng, (3, 4, 4), np.float64), -1) * 0.1
     perm = np.array([[1, 1, 0, 2], [3, 3, 3, 3], [2, 0, 1, 3]], np.int32)
-    b = rand(rng, (3, 4, 2), np.float64)
+    b = rand(rng, (3, 4, k), np.float64)
     solve = jax.jit(lambda lu, perm, b: lax_linalg.lu_solve(lu, perm, b, trans=trans))
     x = solve(lu, perm, b)
     ferrax.uninstall()
@@ -149,8 +152,9 @@ def test_singular_factor_spreads_non_finite_as_jax(n):
     assert_backward_stable(a[[0, 2]], x[[0, 2]], b[[0, 2]], np.float64)
 
 
+@pytest.mark.parametrize("k", [1, 3])
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
-def test_pivots_of_parts_below_one(dtype):
+def test_pivots_of_parts_below_one(dtype, k):
     # faer's complex reciprocal of a pivot whose parts are both below one and modulus above one
     # (0.86 + 0.65i) goes through a subnormal, which XLA's threads flush to zero unless ferrax keeps gradual underflow.
     # A batch large enough to reach the pool's threads (the flushing ones).
@@ -159,7 +163,7 @@ def test_pivots_of_parts_below_one(dtype):
     u = np.triu(rand(rng, (batch, n, n), dtype)) * 0.1
     u[:, np.arange(n), np.arange(n)] = 0.86 + 0.65j
     perm = np.broadcast_to(np.arange(n, dtype=np.int32), (batch, n))
-    b = rand(rng, (batch, n, 3), dtype)
+    b = rand(rng, (batch, n, k), dtype)
     x = jax.jit(lax_linalg.lu_solve)(u, perm, b)
     assert_backward_stable(u, x, b, dtype)
 
