@@ -297,13 +297,19 @@ def test_small_batch_vectors_match_lapack_up_to_phase(installed, dtype):
     # Distinct singular values (random matrices, almost surely well separated): each singular
     # vector is LAPACK's up to a unit factor: u_j = phase_j·ru_j, and then vᴴ_j = conj(phase_j)·rvᴴ_j.
     n = min(8, JACOBI_MAX[dtype])
-    a = random_matrix((8, n, n), dtype)
-    u, s, vt = map(np.asarray, jax.jit(jnp.linalg.svd)(a))
-    ru, rs, rvt = np.linalg.svd(a)
+    assert_vectors_match_lapack_up_to_phase(random_matrix((8, n, n), dtype), dtype, min_gap=1e-2)
+
+
+def assert_vectors_match_lapack_up_to_phase(a, dtype, min_gap):
+    """The reduced SVD's vectors against NumPy's, u_j = phase_j·ru_j and vᴴ_j = conj(phase_j)·rvᴴ_j,
+    in the matrices whose singular values are at least ``min_gap`` (relative to the largest)
+    apart: vectors of close values are ill-conditioned."""
+    u, s, vt = map(np.asarray, jax.jit(lambda x: jnp.linalg.svd(x, full_matrices=False))(a))
+    ru, rs, rvt = np.linalg.svd(a, full_matrices=False)
     gaps = np.min(-np.diff(rs, axis=-1) / rs[..., :1], axis=-1)
-    keep = gaps > 1e-2  # vectors of close values are ill-conditioned
-    phase = np.sum(np.conj(ru) * u, axis=-2)  # u_j = phase_j · ru_j
-    tol = 1e3 * np.finfo(dtype).eps * n
+    keep = gaps > min_gap
+    phase = np.sum(np.conj(ru) * u, axis=-2)
+    tol = 1e3 * np.finfo(dtype).eps * max(a.shape[-2:])
     np.testing.assert_allclose(np.abs(phase[keep]), 1, atol=tol)
     np.testing.assert_allclose(u[keep], (ru * phase[:, None, :])[keep], atol=tol)
     np.testing.assert_allclose(vt[keep], (rvt * np.conj(phase)[:, :, None])[keep], atol=tol)
@@ -319,20 +325,26 @@ def test_small_batch_special_inputs(installed, dtype):
     a[7] *= np.finfo(dtype).tiny * 2**20  # squares underflow; no subnormals (XLA flushes them)
     a[8] *= np.finfo(dtype).max / 16
     a[9] = a[9] * np.logspace(0, -6 if np.finfo(dtype).bits < 64 else -12, 4)  # graded columns
+    assert_special_batch(a, dtype, bad=[3, 5], zero=6)
+
+
+def assert_special_batch(a, dtype, bad, zero):
+    """``all_modes`` of a batch of special matrices: those in ``bad`` (non-finite) all NaN, the
+    others valid SVDs, each checked scaled to a largest element of 1 (in c128: NumPy's
+    reference would overflow or underflow for huge and tiny matrices); matrix ``zero``'s
+    singular values zero."""
     (u, s, vt), (ur, sr, vtr), values = jax.tree.map(np.asarray, jax.jit(all_modes)(a))
-    bad = [3, 5]
     for x in (u, s, vt, ur, sr, vtr, values):
         assert np.isnan(x[bad]).all()
         assert not np.isnan(np.delete(x, bad, axis=0)).any()
-    good = [i for i in range(16) if i not in bad]
-    # Scaled to a largest element of 1 first (in c128): numpy's reference would overflow or
-    # underflow for the huge and tiny matrices.
+    good = [i for i in range(len(a)) if i not in bad]
     scale = np.abs(a[good]).astype(np.float64).max(axis=(-2, -1), keepdims=True)
     scale[scale == 0] = 1
     unit = a[good].astype(np.complex128) / scale
     reference = np.linalg.svd(unit, compute_uv=False)
-    assert_valid_svd(unit, u[good], s[good] / scale[..., 0], vt[good], dtype, reference)
-    np.testing.assert_array_equal(s[6], 0)
+    for u, s, vt in ((u, s, vt), (ur, sr, vtr)):
+        assert_valid_svd(unit, u[good], s[good] / scale[..., 0], vt[good], dtype, reference)
+    np.testing.assert_array_equal(s[zero], 0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -388,18 +400,8 @@ def test_faer_sizes_are_valid_svds(installed, dtype, batch):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_faer_vectors_match_lapack_up_to_phase(installed, dtype):
-    # As test_small_batch_vectors_match_lapack_up_to_phase, one tall and one square batch.
     for shape in [(FAER_MIN + 9, FAER_MIN), (FAER_MIN, FAER_MIN)]:
-        a = random_matrix((2,) + shape, dtype)
-        u, s, vt = map(np.asarray, jax.jit(lambda x: jnp.linalg.svd(x, full_matrices=False))(a))
-        ru, rs, rvt = np.linalg.svd(a, full_matrices=False)
-        gaps = np.min(-np.diff(rs, axis=-1) / rs[..., :1], axis=-1)
-        keep = gaps > 1e-3
-        phase = np.sum(np.conj(ru) * u, axis=-2)
-        tol = 1e3 * np.finfo(dtype).eps * max(shape)
-        np.testing.assert_allclose(np.abs(phase[keep]), 1, atol=tol)
-        np.testing.assert_allclose(u[keep], (ru * phase[:, None, :])[keep], atol=tol)
-        np.testing.assert_allclose(vt[keep], (rvt * np.conj(phase)[:, :, None])[keep], atol=tol)
+        assert_vectors_match_lapack_up_to_phase(random_matrix((2,) + shape, dtype), dtype, 1e-3)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -420,19 +422,7 @@ def test_faer_special_inputs(installed, dtype):
     a[7] /= np.abs(a[7]).max()  # largest modulus 1, then just above sqrt(safmin) / eps
     a[7] *= 4 * np.sqrt(finfo.tiny) / finfo.eps
     a[8, :, 1] = a[8, :, 0]  # two equal columns
-    (u, s, vt), (ur, sr, vtr), values = jax.tree.map(np.asarray, jax.jit(all_modes)(a))
-    bad = [2, 3]
-    for x in (u, s, vt, ur, sr, vtr, values):
-        assert np.isnan(x[bad]).all()
-        assert not np.isnan(np.delete(x, bad, axis=0)).any()
-    good = [i for i in range(10) if i not in bad]
-    scale = np.abs(a[good]).astype(np.float64).max(axis=(-2, -1), keepdims=True)
-    scale[scale == 0] = 1
-    unit = a[good].astype(np.complex128) / scale
-    reference = np.linalg.svd(unit, compute_uv=False)
-    assert_valid_svd(unit, u[good], s[good] / scale[..., 0], vt[good], dtype, reference)
-    assert_valid_svd(unit, ur[good], sr[good] / scale[..., 0], vtr[good], dtype, reference)
-    np.testing.assert_array_equal(s[4], 0)
+    assert_special_batch(a, dtype, bad=[2, 3], zero=4)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
