@@ -283,13 +283,20 @@ def test_small_batches_take_jacobi_and_match_lapack(installed, dtype):
     # 19 matrices: two groups of 8 lanes (split across threads where the work allows) and 3
     # left to ?gesdd.
     for shape in jacobi_shapes(dtype):
-        a = random_matrix((19,) + shape, dtype)
-        reference = np.linalg.svd(a.astype(np.complex128), compute_uv=False)
-        (u, s, vt), (ur, sr, vtr), values = jax.tree.map(np.asarray, jax.jit(all_modes)(a))
-        where = f"{shape} {np.dtype(dtype).name}"
-        assert_valid_svd(a, u, s, vt, dtype, reference, where + " full")
-        assert_valid_svd(a, ur, sr, vtr, dtype, reference, where + " reduced")
-        assert_valid_svd(a, None, values, None, dtype, reference, where + " values")
+        assert_all_modes_valid(random_matrix((19,) + shape, dtype), dtype)
+
+
+def assert_all_modes_valid(a, dtype):
+    """``all_modes`` of the batch ``a``: factors of the job's shapes, each a valid SVD."""
+    reference = np.linalg.svd(a.astype(np.complex128), compute_uv=False)
+    (u, s, vt), (ur, sr, vtr), values = jax.tree.map(np.asarray, jax.jit(all_modes)(a))
+    (m, n), k = a.shape[-2:], min(a.shape[-2:])
+    assert u.shape[-2:] == (m, m) and vt.shape[-2:] == (n, n)
+    assert ur.shape[-2:] == (m, k) and vtr.shape[-2:] == (k, n)
+    where = f"{a.shape} {np.dtype(dtype).name}"
+    assert_valid_svd(a, u, s, vt, dtype, reference, where + " full")
+    assert_valid_svd(a, ur, sr, vtr, dtype, reference, where + " reduced")
+    assert_valid_svd(a, None, values, None, dtype, reference, where + " values")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -348,18 +355,20 @@ def assert_special_batch(a, dtype, bad, zero):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_small_batch_vmap_grad_and_svd_users_match_stock(stock_vs_ferrax, dtype):
-    # Functions of the SVD that do not depend on the vectors' signs or phases, over 3 × 4
-    # matrices under vmap (12 ≥ one group of lanes): pinv, the nuclear norm and its gradient
-    # U·Vᴴ (jax's SVD rule), the rank.
-    n = min(6, JACOBI_MAX[dtype])
-    a = random_matrix((3, 4, n, n), dtype) + (2 * n * np.eye(n)).astype(dtype)  # well conditioned
+@pytest.mark.parametrize("path", ["jacobi", "faer"])
+def test_vmap_grad_and_svd_users_match_stock(stock_vs_ferrax, dtype, path):
+    # Functions of the SVD that do not depend on the vectors' signs or phases, under vmap, by
+    # Jacobi lanes (3 × 4 matrices: 12 ≥ one group of lanes) and by faer: pinv, the nuclear
+    # norm and its gradient U·Vᴴ (jax's SVD rule), the rank, the singular values.
+    n, batch = (min(6, JACOBI_MAX[dtype]), (3, 4)) if path == "jacobi" else (FAER_MIN, (2, 1))
+    a = random_matrix(batch + (n, n), dtype) + (2 * n * np.eye(n)).astype(dtype)  # well conditioned
     nuclear = lambda x: jnp.sum(jnp.linalg.svd(x, compute_uv=False))  # noqa: E731
     real = lambda x: jnp.real(x) if np.iscomplexobj(x) else x  # noqa: E731
     fn = jax.jit(jax.vmap(lambda x: (
         jnp.linalg.pinv(x),
         jax.vmap(jax.grad(lambda y: nuclear(real(y))))(real(x)),
         jnp.linalg.matrix_rank(x),
+        jnp.linalg.svd(x, compute_uv=False),
     )))
     expected, got = stock_vs_ferrax(fn, a)
     assert TARGET in fn.lower(a).as_text()
@@ -385,17 +394,7 @@ def faer_shapes():
 @pytest.mark.parametrize("batch", [(1,), (3,)])
 def test_faer_sizes_are_valid_svds(installed, dtype, batch):
     for shape in faer_shapes():
-        a = random_matrix(batch + shape, dtype)
-        reference = np.linalg.svd(a.astype(np.complex128), compute_uv=False)
-        (u, s, vt), (ur, sr, vtr), values = jax.tree.map(np.asarray, jax.jit(all_modes)(a))
-        m, n = shape
-        k = min(m, n)
-        assert u.shape == batch + (m, m) and vt.shape == batch + (n, n)
-        assert ur.shape == batch + (m, k) and vtr.shape == batch + (k, n)
-        where = f"{batch + shape} {np.dtype(dtype).name}"
-        assert_valid_svd(a, u, s, vt, dtype, reference, where + " full")
-        assert_valid_svd(a, ur, sr, vtr, dtype, reference, where + " reduced")
-        assert_valid_svd(a, None, values, None, dtype, reference, where + " values")
+        assert_all_modes_valid(random_matrix(batch + shape, dtype), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -423,23 +422,3 @@ def test_faer_special_inputs(installed, dtype):
     a[7] *= 4 * np.sqrt(finfo.tiny) / finfo.eps
     a[8, :, 1] = a[8, :, 0]  # two equal columns
     assert_special_batch(a, dtype, bad=[2, 3], zero=4)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_faer_vmap_grad_and_svd_users_match_stock(stock_vs_ferrax, dtype):
-    # As test_small_batch_vmap_grad_and_svd_users_match_stock, at faer's sizes.
-    n = FAER_MIN
-    a = random_matrix((2, 1, n, n), dtype) + (2 * n * np.eye(n)).astype(dtype)
-    nuclear = lambda x: jnp.sum(jnp.linalg.svd(x, compute_uv=False))  # noqa: E731
-    real = lambda x: jnp.real(x) if np.iscomplexobj(x) else x  # noqa: E731
-    fn = jax.jit(jax.vmap(lambda x: (
-        jnp.linalg.pinv(x),
-        jax.vmap(jax.grad(lambda y: nuclear(real(y))))(real(x)),
-        jnp.linalg.matrix_rank(x),
-        jnp.linalg.svd(x, compute_uv=False),
-    )))
-    expected, got = stock_vs_ferrax(fn, a)
-    assert TARGET in fn.lower(a).as_text()
-    for e, g in zip(expected, got):
-        scale = max(1.0, float(np.abs(e).max()))
-        np.testing.assert_allclose(g, e, rtol=0, atol=1e3 * np.finfo(dtype).eps * scale)
