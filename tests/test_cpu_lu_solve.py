@@ -157,6 +157,7 @@ def test_singular_factor_spreads_non_finite_as_jax(n):
 def test_pivots_of_parts_below_one(dtype, k):
     # faer's complex reciprocal of a pivot whose parts are both below one and modulus above one
     # (0.86 + 0.65i) goes through a subnormal, which XLA's threads flush to zero unless ferrax keeps gradual underflow.
+    # With one right-hand side (k = 1) the row-wise substitution divides instead (Smith's).
     # A batch large enough to reach the pool's threads (the flushing ones).
     rng = np.random.default_rng()
     batch, n = 1024, 16

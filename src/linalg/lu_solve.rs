@@ -16,14 +16,16 @@ use ferrax_kernels::small::{trsm, Transpose};
 use std::ops::Range;
 
 /// From this order on the triangular solves are faer's (recursive, its matrix products' SIMD
-/// kernels), for any number of right-hand sides but [`SUBSTITUTE_MAX_ORDER`]'s one:
-/// `jnp.linalg.solve`, 2 cores, ~4 MB batches, 1 to n right-hand sides, against the substitution loops of [`trsm`]: n = 8 0.85-1.05x the
-/// time, 16 0.55-0.9x, 32 0.6-0.8x, 64-128 0.4-0.9x. Below it, faer's 4×4 base case is
-/// about all there is and the loops are as fast.
+/// kernels), for any number of right-hand sides (but one, to [`SUBSTITUTE_MAX_ORDER`]):
+/// `jnp.linalg.solve`, 2 cores, ~4 MB batches, 1 to n right-hand sides, against the
+/// substitution loops of [`trsm`]: n = 8 0.85-1.05x the time, 16 0.55-0.9x, 32 0.6-0.8x,
+/// 64-128 0.4-0.9x. Below it, faer's 4×4 base case is about all there is and the loops are
+/// as fast.
 const FAER_MIN_ORDER: usize = 8;
 
 /// Up to this order, one right-hand side and no transpose (`jnp.linalg.solve(a, b)` with one
-/// vector), [`substitute`] takes the place of both: ~4 MB batches on 2 cores (AVX-512), ms,
+/// vector), [`substitute`] takes the place of both (its rounding is not the loops' below 8:
+/// division by the pivot, sums in 8 parts): ~4 MB batches on 2 cores (AVX-512), ms,
 /// f64 n = 2 1.14 -> 0.41, 4 0.95 -> 0.63, 8 0.77 -> 0.40, 16 0.40 -> 0.32, 32 0.24 -> 0.20,
 /// 64 0.15 -> 0.12; c128 n = 8 0.46 -> 0.30, 16 0.30 -> 0.20, 64 0.13 -> 0.10.
 const SUBSTITUTE_MAX_ORDER: usize = 64;
@@ -118,6 +120,9 @@ pub fn lu_solve<T: LapackScalar>(
             // SAFETY: the chunk's solutions, which this task alone writes.
             let x = unsafe { out.slice(systems.start, systems.len()) };
             let lu = &lu[range.start * n * n..range.end * n * n];
+            // Subnormals kept, as around faer's solves: a subnormal pivot of ferrax's LU
+            // gives the same solution for one right-hand side as for several.
+            let _gradual = GradualUnderflow::new();
             substitute(lu, &perm[systems.clone()], &b[systems], x, n);
             Ok(())
         });

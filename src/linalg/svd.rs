@@ -76,15 +76,24 @@ fn takes_jacobi<T: Svd>(
 }
 
 /// From order [`SVD_FAER_MIN`] (`max(m, n)`) the default driver's vectors come from faer's SVD
-/// (bidiagonalization, divide and conquer), which beats `?gesdd` there, one matrix on one
-/// core (OpenBLAS, AVX-512, ms, full `U` and `Vᴴ`): c128 64² 0.41 against 0.49, 128² 1.95 /
-/// 3.0, 512² 68 / 108; f64 128² 1.34 / 1.43, 512² 37 / 54; f32 256² 4.4 / 4.8, 512² 23 / 29;
-/// c64 512² 42 / 63; f64 256×64 0.61 / 1.15. Without vectors `?gesdd` is the faster (f64 512²
-/// 22 against 27).
-fn takes_faer(driver: Driver, job: SvdJob, rows: usize, cols: usize) -> bool {
+/// (bidiagonalization, divide and conquer), one matrix per core, which beats `?gesdd` there
+/// on one core (OpenBLAS, AVX-512, ms, full `U` and `Vᴴ`): c128 64² 0.41 against 0.49, 128²
+/// 1.95 / 3.0, 512² 68 / 108; f64 128² 1.34 / 1.43, 512² 37 / 54; f32 256² 4.4 / 4.8, 512²
+/// 23 / 29; c64 512² 42 / 63; f64 256×64 0.61 / 1.15; and on two (one matrix, 2 cores, jax:
+/// c128 512² 69 against 97, f64 512² 44 / 62). With fewer matrices than half the pool's
+/// threads `?gesdd` keeps them, its own threads on the idle cores (faer's parallelism is
+/// rayon's, which ferrax leaves out). Without vectors `?gesdd` is the faster (f64 512² 22
+/// against 27).
+fn takes_faer(
+    driver: Driver,
+    job: SvdJob,
+    [count, rows, cols]: [usize; 3],
+    threads: usize,
+) -> bool {
     driver == Driver::Gesdd
         && matches!(job, SvdJob::All | SvdJob::Some)
         && rows.max(cols) >= SVD_FAER_MIN
+        && 2 * count >= threads
 }
 
 /// See [`takes_faer`].
@@ -109,10 +118,9 @@ pub struct Factors<'a, T: LapackScalar> {
 /// `a` itself), else scratch, `a` being left as it is. OpenBLAS's drivers never return on Inf
 /// input when vectors are asked for (stock jaxlib hangs), so a matrix with a non-finite entry
 /// gets `info` `-a` (as jaxlib's `geev`, and jax then fills its outputs with NaN) and zero `U`,
-/// `Vᴴ`. An empty
-/// matrix (`k = 0`) has the empty SVD: LAPACK would leave `U` and `Vᴴ` unwritten, so every one
-/// given becomes the identity, what jax's own lowering gives. [`SvdJob::Overwrite`] is not
-/// supported.
+/// `Vᴴ`. An empty matrix (`k = 0`) has the empty SVD: LAPACK would leave `U` and `Vᴴ`
+/// unwritten, so every one given becomes the identity, what jax's own lowering gives.
+/// [`SvdJob::Overwrite`] is not supported.
 pub fn svd<T: Svd>(
     pool: &dyn Pool,
     driver: Driver,
@@ -178,7 +186,7 @@ pub fn svd<T: Svd>(
     }
     let computed = factor_shapes.is_some();
     let jacobi = takes_jacobi::<T>(driver, job, rows, cols, count);
-    let faer_first = takes_faer(driver, job, rows, cols);
+    let faer_first = takes_faer(driver, job, [count, rows, cols], pool.threads());
     let routine = T::routine(driver)?;
     let lwork = optimal_lwork::<T>(driver, routine, job.letter(), m, n)?;
     let rwork_len = T::rwork_len(driver, rows, cols, job).ok_or_else(|| {
@@ -195,11 +203,8 @@ pub fn svd<T: Svd>(
         if range.is_empty() {
             return Ok(());
         }
-        let mut workspace = Workspace::<T> {
-            work: memory::vec_of(lwork as usize, T::default())?,
-            rwork: memory::vec_of(rwork_len, <Real<T>>::default())?,
-            iwork: memory::vec_of(iwork_len, 0)?,
-        };
+        // LAPACK's workspace once a matrix needs it (faer's path: only where faer gives up).
+        let mut workspace: Option<Workspace<T>> = None;
         let mut faer = match faer_first {
             true => Some(FaerSvd::<T>::new(rows, cols, job)?),
             false => None,
@@ -221,7 +226,7 @@ pub fn svd<T: Svd>(
                     let mut lapack = |u: &mut [T], ldu: usize, vt: &mut [T], ldvt: usize| {
                         if !finite {
                             *info = -driver.a_argument();
-                            return;
+                            return Ok(());
                         }
                         if let Some(faer) = faer.as_mut().filter(|_| !gesdd_scales::<T>(largest)) {
                             let a = MatRef::from_column_major_slice_with_stride(a, rows, cols, lda);
@@ -234,7 +239,7 @@ pub fn svd<T: Svd>(
                             let s = std::slice::from_raw_parts_mut(s, k);
                             if faer.decompose(a, s, u, vt, ldvt) {
                                 *info = 0;
-                                return;
+                                return Ok(());
                             }
                         }
                         let matrix = Matrix {
@@ -247,7 +252,16 @@ pub fn svd<T: Svd>(
                             ldvt: ldvt as i32,
                             info,
                         };
-                        T::svd(routine, job.letter(), m, n, &matrix, &mut workspace, lwork);
+                        let workspace = match workspace.as_mut() {
+                            Some(workspace) => workspace,
+                            None => workspace.insert(Workspace {
+                                work: memory::vec_of(lwork as usize, T::default())?,
+                                rwork: memory::vec_of(rwork_len, <Real<T>>::default())?,
+                                iwork: memory::vec_of(iwork_len, 0)?,
+                            }),
+                        };
+                        T::svd(routine, job.letter(), m, n, &matrix, workspace, lwork);
+                        Ok(())
                     };
                     match (computed, u, vt) {
                         (true, Some(u), Some(vt)) => {
@@ -255,9 +269,9 @@ pub fn svd<T: Svd>(
                                 vt.column_major_result(b, T::ZERO, &mut staged_vt, |vt, ldvt| {
                                     lapack(u, ldu, vt, ldvt)
                                 })
-                            })?
+                            })??
                         }
-                        _ => Ok(lapack(&mut no_u, 1, &mut no_vt, 1)),
+                        _ => lapack(&mut no_u, 1, &mut no_vt, 1),
                     }
                 };
                 match a_out {
@@ -380,11 +394,12 @@ unsafe fn jacobi_group<'r, T: Svd>(
     Ok(())
 }
 
-/// Whether `?gesdd` would scale a matrix whose largest element is `largest` (|re| + |im|)
+/// Whether `?gesdd` may scale a matrix whose largest element is `largest` (|re| + |im|)
 /// before decomposing it: where its modulus may lie outside [sqrt(safmin) / eps, its
 /// reciprocal] (LAPACK's `smlnum`, `bignum`). faer does not scale, so those matrices and the
-/// zero matrix stay with LAPACK. |re| + |im| is up to √2 above the modulus: a complex matrix
-/// up to √2 above the lower bound goes to LAPACK too, which does not scale it.
+/// zero matrix stay with LAPACK. |re| + |im| is up to √2 above the modulus, so the lower bound
+/// is taken √2 higher: matrices just above LAPACK's own bound go to LAPACK too, which does not
+/// scale them.
 fn gesdd_scales<T: Svd>(largest: f64) -> bool {
     let eps: f64 = <Real<T>>::EPSILON.into();
     let small = <Real<T>>::SAFE_MIN.into().sqrt() / eps;

@@ -466,15 +466,16 @@ fn swap_columns<T: Scalar>(
 /// single-precision matrix's last ones (norms 1e-8 and 1e-12) has parts whose squares
 /// underflow (and XLA flushes subnormals), which made such a pair look orthogonal and left
 /// `U`'s and `V`'s columns far from it (c64, 5×4: ‖UᴴU − I‖ up to 0.5 where its singular
-/// values spread past 1/ε; none in 300 such batches since). A NaN part gives NaN or zero:
-/// either way the pair is not rotated (the lane is reported non-finite apart).
+/// values spread past 1/ε; none in 300 such batches since). Infinite where a part is; a NaN
+/// part gives NaN or zero: either way the pair is not rotated (the lane is reported
+/// non-finite apart).
 #[inline(always)]
 fn modulus<R: Real>(re: R, im: R) -> R {
     let (re, im) = (re.abs(), im.abs());
     let (big, small) = if re > im { (re, im) } else { (im, re) };
     let ratio = small / big;
-    if big == R::ZERO {
-        R::ZERO
+    if big == R::ZERO || big == R::INFINITY {
+        big
     } else {
         big * (R::ONE + ratio * ratio).sqrt()
     }
