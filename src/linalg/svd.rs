@@ -77,12 +77,16 @@ fn takes_jacobi<T: Svd>(
 
 /// From order [`SVD_FAER_MIN`] (`max(m, n)`) the default driver's vectors come from faer's SVD
 /// (bidiagonalization, divide and conquer), one matrix per core, which beats `?gesdd` there
-/// on one core (OpenBLAS, AVX-512, ms, full `U` and `Vᴴ`): c128 64² 0.41 against 0.49, 128²
-/// 1.95 / 3.0, 512² 68 / 108; f64 128² 1.34 / 1.43, 512² 37 / 54; f32 256² 4.4 / 4.8, 512²
-/// 23 / 29; c64 512² 42 / 63; f64 256×64 0.61 / 1.15; and on two (one matrix, 2 cores, jax:
-/// c128 512² 69 against 97, f64 512² 44 / 62). With fewer matrices than half the pool's
-/// threads `?gesdd` keeps them, its own threads on the idle cores (faer's parallelism is
-/// rayon's, which ferrax leaves out). Without vectors `?gesdd` is the faster (f64 512² 22
+/// on one core (OpenBLAS, AVX-512, ms, full `U` and `Vᴴ`, Zen 5): c128 64² 0.41 against 0.49,
+/// 128² 1.95 / 3.0, 512² 68 / 108; f64 128² 1.34 / 1.43, 512² 37 / 54; f32 256² 4.4 / 4.8,
+/// 512² 23 / 29; c64 512² 42 / 63; f64 256×64 0.61 / 1.15. Where the batch leaves cores idle
+/// (fewer matrices than the pool's threads), `?gesdd` keeps its own threads on them (faer's
+/// parallelism is rayon's, which ferrax leaves out), except up to order
+/// [`SVD_FAER_ALONE_MAX`] with at least half as many matrices as threads: there one faer core
+/// beat `?gesdd` on two on both machines measured (one matrix, jax, ms: Emerald Rapids c128
+/// 128² 4.5 against 6.5, 256² 23.5 / 23.5, f64 128² 2.7 / 3.5; Zen 5 c128 128² 2.4 / 3.3, f64
+/// 256² 7.9 / 9.4), while at 512² it won on Zen 5 (c128 69 / 97) but lost on Emerald Rapids
+/// (c128 159 / 114, f64 74 / 64). Without vectors `?gesdd` is the faster (f64 512² 22
 /// against 27).
 fn takes_faer(
     driver: Driver,
@@ -90,14 +94,18 @@ fn takes_faer(
     [count, rows, cols]: [usize; 3],
     threads: usize,
 ) -> bool {
+    let order = rows.max(cols);
     driver == Driver::Gesdd
         && matches!(job, SvdJob::All | SvdJob::Some)
-        && rows.max(cols) >= SVD_FAER_MIN
-        && 2 * count >= threads
+        && order >= SVD_FAER_MIN
+        && (count >= threads || (2 * count >= threads && order <= SVD_FAER_ALONE_MAX))
 }
 
 /// See [`takes_faer`].
 pub const SVD_FAER_MIN: usize = 64;
+
+/// See [`takes_faer`].
+const SVD_FAER_ALONE_MAX: usize = 256;
 
 /// The results of [`svd`] for a batch of `m × n` matrices, `k = min(m, n)`.
 pub struct Factors<'a, T: LapackScalar> {
