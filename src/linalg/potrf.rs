@@ -186,8 +186,9 @@ unsafe fn pooled_cholesky<T: LapackScalar>(
         parallel_chunks(pool, n - below, PANEL / 2, &|columns| {
             let (c, w) = (below + columns.start, columns.len());
             let x_rows = |r: usize, h: usize| matrix.read(r, start, h, width);
+            let mut diagonal = matrix.write(c, c, w, w);
             triangular::matmul_with_conj(
-                matrix.write(c, c, w, w),
+                diagonal.rb_mut(),
                 BlockStructure::TriangularLower,
                 Accum::Add,
                 x_rows(c, w),
@@ -199,6 +200,14 @@ unsafe fn pooled_cholesky<T: LapackScalar>(
                 -<T as Scalar>::ONE,
                 Par::Seq,
             );
+            // faer 0.24's product into a lower triangle also writes above it without AVX-512
+            // (complex f64 on AVX2: entries (4i, 4i+2) and (4i, 4i+3), in either layout); the
+            // result has zeros there.
+            for i in 0..w {
+                for j in i + 1..w {
+                    diagonal[(i, j)] = <T as Scalar>::ZERO;
+                }
+            }
             if c + w < n {
                 // (The last block has no rows below: the views would start past the matrix.)
                 matmul_with_conj(
