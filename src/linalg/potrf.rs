@@ -200,9 +200,9 @@ unsafe fn pooled_cholesky<T: LapackScalar>(
                 -<T as Scalar>::ONE,
                 Par::Seq,
             );
-            // faer 0.24's product into a lower triangle also writes above it without AVX-512
-            // (complex f64 on AVX2: entries (4i, 4i+2) and (4i, 4i+3), in either layout); the
-            // result has zeros there.
+            // faer 0.24's product into a lower triangle also writes above it for complex f64
+            // on AVX2 without AVX-512 (in this row-major block: entries (4i, 4i+2) and
+            // (4i, 4i+3)); the result has zeros there.
             for i in 0..w {
                 for j in i + 1..w {
                     diagonal[(i, j)] = <T as Scalar>::ZERO;
