@@ -26,10 +26,7 @@ macro_rules! simd_dispatch {
                 unsafe fn avx2<$($g: $bound),*>($($arg: $ty),*) {
                     portable::<$($g),*>($($arg),*)
                 }
-                if std::is_x86_feature_detected!("avx512f")
-                    && std::is_x86_feature_detected!("avx512vl")
-                    && std::is_x86_feature_detected!("fma")
-                {
+                if $crate::linalg::vector_unit::has_avx512() {
                     // SAFETY: the CPU has these features.
                     return unsafe { avx512::<$($g),*>($($arg),*) };
                 }
@@ -43,3 +40,17 @@ macro_rules! simd_dispatch {
     };
 }
 pub(crate) use simd_dispatch;
+
+/// Whether [`simd_dispatch`] takes its AVX-512 version on this CPU (AVX-512 F and VL, FMA).
+pub fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
