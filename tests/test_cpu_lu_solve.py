@@ -69,9 +69,10 @@ def installed():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 # Orders on both sides of where ferrax's substitution loops give way to faer's solves (8) and,
-# with one right-hand side (a vector or one column), where its row-wise substitution does (64),
-# and past 256, where getrf factors each matrix over all the threads.
-@pytest.mark.parametrize("n", [1, 4, 7, 8, 33, 64, 65, 256, 300])
+# with one right-hand side (a vector or one column), where its row-wise substitution solves
+# 8 real systems side by side (16) and where it gives way (64), and past 256, where getrf
+# factors each matrix over all the threads.
+@pytest.mark.parametrize("n", [1, 4, 7, 8, 16, 17, 33, 64, 65, 256, 300])
 # jnp.linalg.solve takes a vector b with a single matrix only.
 @pytest.mark.parametrize("batch,rhs", [((), "vector"), ((), "matrix"), ((5,), "matrix"),
                                        ((2, 3), "matrix"), ((9,), "column"),
@@ -138,18 +139,23 @@ def test_a_permutation_that_is_none_gives_jax_result(trans, k):
     np.testing.assert_allclose(np.asarray(x), np.asarray(solve(lu, perm, b)), rtol=1e-13)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 @pytest.mark.parametrize("n", [5, 24])
-def test_singular_factor_spreads_non_finite_as_jax(n):
+def test_singular_factor_spreads_non_finite_as_jax(n, dtype):
+    # 10 systems: at n = 5 the first 8 real ones are solved side by side, one lane each.
     rng = np.random.default_rng()
-    a = rand(rng, (3, n, n), np.float64)
-    a[1, :, 2] = 0  # singular: U has a zero on its diagonal
-    b = rand(rng, (3, n, 1), np.float64)
+    a = rand(rng, (10, n, n), dtype)
+    singular = [1, 9]
+    a[singular, :, 2] = 0  # U has a zero on its diagonal
+    b = rand(rng, (10, n, 1), dtype)
     x = np.asarray(jax.jit(jnp.linalg.solve)(a, b))
     ferrax.uninstall()
     stock = np.asarray(jax.jit(jnp.linalg.solve)(a, b))
     np.testing.assert_array_equal(np.isfinite(x), np.isfinite(stock))
-    assert not np.isfinite(x[1]).all() and np.isfinite(x[[0, 2]]).all()
-    assert_backward_stable(a[[0, 2]], x[[0, 2]], b[[0, 2]], np.float64)
+    regular = np.setdiff1d(np.arange(10), singular)
+    assert not np.isfinite(x[singular]).all(axis=(1, 2)).any()
+    assert np.isfinite(x[regular]).all()
+    assert_backward_stable(a[regular], x[regular], b[regular], dtype)
 
 
 @pytest.mark.parametrize("k", [1, 3])
