@@ -27,7 +27,8 @@ const FAER_MIN_ORDER: usize = 8;
 
 /// Up to this order, one right-hand side and no transpose (`jnp.linalg.solve(a, b)` with one
 /// vector), [`substitute`] takes the place of both (its rounding is not the loops' below 8:
-/// division by the pivot, sums in 8 parts): ~4 MB batches on 2 cores (AVX-512), ms,
+/// division by the pivot; sums in 8 parts for complex systems and above
+/// [`INTERLEAVED_MAX_ORDER`]): ~4 MB batches on 2 cores (AVX-512), ms,
 /// f64 n = 2 1.14 -> 0.41, 4 0.95 -> 0.63, 8 0.77 -> 0.40, 16 0.40 -> 0.32, 32 0.24 -> 0.20,
 /// 64 0.15 -> 0.12; c128 n = 8 0.46 -> 0.30, 16 0.30 -> 0.20, 64 0.13 -> 0.10.
 const SUBSTITUTE_MAX_ORDER: usize = 64;
@@ -267,23 +268,28 @@ simd_dispatch! {
     /// spend most of a small system's time in their dispatch.
     ///
     /// Real systems up to [`INTERLEAVED_MAX_ORDER`]: [`SIMD_GROUP`] at a time by
-    /// [`substitute_group`].
+    /// [`substitute_lanes`], the rest of the batch one at a time in the same order (a system's
+    /// rounding does not depend on where in the batch it is).
     fn substitute<T: LapackScalar>(lu: &[T], perm: &[i32], b: &[T], x: &mut [T], n: usize) {
-        let count = x.len() / n;
-        let grouped = if !T::COMPLEX && n <= INTERLEAVED_MAX_ORDER {
-            count - count % SIMD_GROUP
-        } else {
-            0
-        };
-        for first in (0..grouped).step_by(SIMD_GROUP) {
-            let (systems, vectors) = (first * n * n.., first * n..);
-            let (lu, perm) = (&lu[systems], &perm[vectors.clone()]);
-            substitute_group(lu, perm, &b[vectors.clone()], &mut x[vectors], n);
+        if !T::COMPLEX && n <= INTERLEAVED_MAX_ORDER {
+            let grouped = x.len() / n / SIMD_GROUP * SIMD_GROUP;
+            let mut groups = x.chunks_exact_mut(SIMD_GROUP * n);
+            for (group, x) in (&mut groups).enumerate() {
+                let first = group * SIMD_GROUP;
+                let (lu, perm) = (&lu[first * n * n..], &perm[first * n..]);
+                substitute_lanes::<T, SIMD_GROUP>(lu, perm, &b[first * n..], x, n);
+            }
+            for (system, x) in groups.into_remainder().chunks_exact_mut(n).enumerate() {
+                let first = grouped + system;
+                let (lu, perm) = (&lu[first * n * n..], &perm[first * n..]);
+                substitute_lanes::<T, 1>(lu, perm, &b[first * n..], x, n);
+            }
+            return;
         }
-        let systems = lu[grouped * n * n..]
+        let systems = lu
             .chunks_exact(n * n)
-            .zip(perm[grouped * n..].chunks_exact(n))
-            .zip(b[grouped * n..].chunks_exact(n).zip(x[grouped * n..].chunks_exact_mut(n)));
+            .zip(perm.chunks_exact(n))
+            .zip(b.chunks_exact(n).zip(x.chunks_exact_mut(n)));
         for ((lu, perm), (b, x)) in systems {
             for (x, &p) in x.iter_mut().zip(perm) {
                 *x = b[p as usize];
@@ -308,21 +314,27 @@ simd_dispatch! {
 /// so, their division is not the vector unit's).
 const INTERLEAVED_MAX_ORDER: usize = 16;
 
-/// [`substitute`] of the first [`SIMD_GROUP`] systems (of order `n` ≤
-/// [`INTERLEAVED_MAX_ORDER`]), each step for all of them at once, in the order of LAPACK's
-/// row-wise substitution (one sum from the right-hand side down).
+/// [`substitute`] of the first `L` systems (of order `n` ≤ [`INTERLEAVED_MAX_ORDER`]), each
+/// step for all of them at once, one per lane, in the order of LAPACK's row-wise substitution
+/// (one sum from the right-hand side down): the same operations in every lane, so a system
+/// rounds alike for any `L`.
 #[inline(always)] // compiled with the caller's vector unit
-fn substitute_group<T: Scalar>(lu: &[T], perm: &[i32], b: &[T], x: &mut [T], n: usize) {
-    const G: usize = SIMD_GROUP;
+fn substitute_lanes<T: Scalar, const L: usize>(
+    lu: &[T],
+    perm: &[i32],
+    b: &[T],
+    x: &mut [T],
+    n: usize,
+) {
     let (lu, perm, b, x) = (
-        &lu[..G * n * n],
-        &perm[..G * n],
-        &b[..G * n],
-        &mut x[..G * n],
+        &lu[..L * n * n],
+        &perm[..L * n],
+        &b[..L * n],
+        &mut x[..L * n],
     );
     let entry =
-        |i: usize, j: usize| -> [T; G] { std::array::from_fn(|g| lu[g * n * n + i * n + j]) };
-    let mut y = [[T::ZERO; G]; INTERLEAVED_MAX_ORDER];
+        |i: usize, j: usize| -> [T; L] { std::array::from_fn(|g| lu[g * n * n + i * n + j]) };
+    let mut y = [[T::ZERO; L]; INTERLEAVED_MAX_ORDER];
     for (i, y) in y[..n].iter_mut().enumerate() {
         *y = std::array::from_fn(|g| b[g * n + perm[g * n + i] as usize]);
     }
@@ -330,7 +342,7 @@ fn substitute_group<T: Scalar>(lu: &[T], perm: &[i32], b: &[T], x: &mut [T], n: 
         let mut sum = y[i];
         for j in 0..i {
             let l = entry(i, j);
-            for g in 0..G {
+            for g in 0..L {
                 sum[g] = sum[g] - l[g] * y[j][g];
             }
         }
@@ -340,7 +352,7 @@ fn substitute_group<T: Scalar>(lu: &[T], perm: &[i32], b: &[T], x: &mut [T], n: 
         let mut sum = y[i];
         for j in i + 1..n {
             let u = entry(i, j);
-            for g in 0..G {
+            for g in 0..L {
                 sum[g] = sum[g] - u[g] * y[j][g];
             }
         }
@@ -348,7 +360,7 @@ fn substitute_group<T: Scalar>(lu: &[T], perm: &[i32], b: &[T], x: &mut [T], n: 
         y[i] = std::array::from_fn(|g| sum[g].quotient(pivot[g]));
     }
     for (i, y) in y[..n].iter().enumerate() {
-        for g in 0..G {
+        for g in 0..L {
             x[g * n + i] = y[g];
         }
     }
