@@ -36,12 +36,13 @@ pub fn getrf_row_major<T: LapackScalar>(mut a: MatMut<'_, T>, ipiv: &mut [i32]) 
     debug_assert!(a.col_stride() == 1 && ipiv.len() == a.nrows().min(a.ncols()));
     let _gradual = GradualUnderflow::new();
     let m = a.nrows();
+    let base = base();
     if a.ncols() <= m {
-        return tall(a, ipiv);
+        return tall(a, ipiv, base);
     }
     // Wide: the leading square, then the rest of `U`'s rows.
     let (mut left, mut right) = a.rb_mut().split_at_col_mut(m);
-    if !tall(left.rb_mut(), ipiv) {
+    if !tall(left.rb_mut(), ipiv, base) {
         return false;
     }
     swap_rows(right.rb_mut(), ipiv, 0);
@@ -49,9 +50,9 @@ pub fn getrf_row_major<T: LapackScalar>(mut a: MatMut<'_, T>, ipiv: &mut [i32]) 
     true
 }
 
-/// [`getrf_row_major`] of an `m × n` matrix with `m ≥ n`.
-fn tall<T: LapackScalar>(a: MatMut<'_, T>, ipiv: &mut [i32]) -> bool {
-    let (n, base) = (a.ncols(), base());
+/// [`getrf_row_major`] of an `m × n` matrix with `m ≥ n`, panels up to `base` wide unblocked.
+fn tall<T: LapackScalar>(a: MatMut<'_, T>, ipiv: &mut [i32], base: usize) -> bool {
+    let n = a.ncols();
     if n <= base {
         let mut factored = false;
         unblocked(a, ipiv, &mut factored);
@@ -61,7 +62,7 @@ fn tall<T: LapackScalar>(a: MatMut<'_, T>, ipiv: &mut [i32]) -> bool {
     let n1 = (n / 2).next_multiple_of(base / 2).min(n - 1);
     let (ipiv_left, ipiv_right) = ipiv.split_at_mut(n1);
     let (mut left, mut right) = a.split_at_col_mut(n1);
-    if !tall(left.rb_mut(), ipiv_left) {
+    if !tall(left.rb_mut(), ipiv_left, base) {
         return false;
     }
     swap_rows(right.rb_mut(), ipiv_left, 0);
@@ -70,7 +71,7 @@ fn tall<T: LapackScalar>(a: MatMut<'_, T>, ipiv: &mut [i32]) -> bool {
     solve_unit_lower_triangular_in_place(l11, a12.rb_mut(), Par::Seq);
     let minus_one = -<T as Scalar>::ONE;
     matmul(a22.rb_mut(), Accum::Add, a21, a12.rb(), minus_one, Par::Seq);
-    if !tall(a22, ipiv_right) {
+    if !tall(a22, ipiv_right, base) {
         return false;
     }
     ipiv_right.iter_mut().for_each(|p| *p += n1 as i32);
