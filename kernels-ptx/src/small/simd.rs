@@ -10,6 +10,8 @@
 //! `info` and pivots included (the tests check this).
 
 use crate::scalar::{Real, Scalar};
+#[cfg(feature = "std")]
+extern crate std;
 
 /// Matrices factored together (8 f64 lanes fill an AVX-512 register; the loops vectorize to
 /// the target's width).
@@ -26,30 +28,143 @@ pub enum Layout {
 
 /// Copies the `LANES` consecutive `len`-element matrices of `a` into `scratch`, element `e` of
 /// matrix `l` at `e·LANES + l`.
+#[inline(always)] // compiled with the caller's vector unit
 fn interleave<T: Scalar>(a: &[T], len: usize, scratch: &mut [T]) {
-    for (l, matrix) in a.chunks_exact(len).take(LANES).enumerate() {
-        for (e, &x) in matrix.iter().enumerate() {
-            scratch[e * LANES + l] = x;
+    interleave_from(a, len, 1, Layout::ColumnMajor, scratch)
+}
+
+/// The inverse of [`interleave`].
+#[inline(always)] // compiled with the caller's vector unit
+fn deinterleave<T: Scalar>(scratch: &[T], len: usize, a: &mut [T]) {
+    deinterleave_to(scratch, len, 1, Layout::ColumnMajor, a)
+}
+
+/// Elements of a matrix moved together, and matrices moved together, by [`interleave_from`]
+/// and [`deinterleave_to`].
+const BLOCK: usize = 4;
+const _: () = assert!(LANES % BLOCK == 0);
+
+/// The runs of [`BLOCK`] adjacent elements an `m×n` matrix stored in `layout` splits into:
+/// each of its `runs` rows (or columns) of `run` elements in `run / BLOCK` of them; None where
+/// they do not split so. Moving such a run of [`BLOCK`] matrices at once is a small transpose
+/// in vector registers, where an element at a time is a scalar load and store (those were
+/// about half of the lane LU's time, a quarter of `jax.lax.linalg.lu`'s, f64 8192×8×8).
+#[inline(always)]
+fn block_runs(m: usize, n: usize, layout: Layout) -> Option<(usize, usize)> {
+    let (runs, run) = match layout {
+        Layout::ColumnMajor => (n, m),
+        Layout::RowMajor => (m, n),
+    };
+    (run % BLOCK == 0).then_some((runs, run))
+}
+
+/// The column-major indices (places in the interleaved scratch) of the [`BLOCK`] elements from
+/// `first` of row (or column) `o` of an `m`-row matrix stored in `layout`.
+#[inline(always)]
+fn run_elements(m: usize, layout: Layout, o: usize, first: usize) -> [usize; BLOCK] {
+    let mut element = [0; BLOCK];
+    for (d, e) in element.iter_mut().enumerate() {
+        *e = match layout {
+            Layout::ColumnMajor => o * m + first + d,
+            Layout::RowMajor => (first + d) * m + o,
+        };
+    }
+    element
+}
+
+/// Whether [`move_block`] may take AVX's shuffles (8-byte elements: f64, complex f32, on a
+/// CPU with AVX). Element by element the compiler keeps every load and store scalar.
+#[inline(always)]
+fn avx_blocks<T>() -> bool {
+    #[cfg(all(target_arch = "x86_64", feature = "std"))]
+    {
+        core::mem::size_of::<T>() == 8 && std::is_x86_feature_detected!("avx")
+    }
+    #[cfg(not(all(target_arch = "x86_64", feature = "std")))]
+    {
+        false
+    }
+}
+
+/// Element `d` of the run at `from[q]` to element `q` of the run at `to[d]`, runs of [`BLOCK`]:
+/// a transpose.
+///
+/// # Safety
+/// Every pointer is valid for [`BLOCK`] elements, and `avx` is what [`avx_blocks`] says.
+#[inline(always)]
+unsafe fn move_block<T: Copy>(from: [*const T; BLOCK], to: [*mut T; BLOCK], avx: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if avx {
+        let from = [
+            from[0].cast(),
+            from[1].cast(),
+            from[2].cast(),
+            from[3].cast(),
+        ];
+        return transpose_8_byte(
+            from,
+            [to[0].cast(), to[1].cast(), to[2].cast(), to[3].cast()],
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = avx;
+    for (q, from) in from.iter().enumerate() {
+        for (d, to) in to.iter().enumerate() {
+            *to.add(q) = *from.add(d);
         }
     }
 }
 
-/// The inverse of [`interleave`].
-fn deinterleave<T: Scalar>(scratch: &[T], len: usize, a: &mut [T]) {
-    for (l, matrix) in a.chunks_exact_mut(len).take(LANES).enumerate() {
-        for (e, x) in matrix.iter_mut().enumerate() {
-            *x = scratch[e * LANES + l];
-        }
-    }
+/// [`move_block`] of 8-byte elements (moved as f64 bit patterns, unchanged).
+///
+/// # Safety
+/// As [`move_block`]; the CPU has AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+unsafe fn transpose_8_byte(from: [*const f64; BLOCK], to: [*mut f64; BLOCK]) {
+    use core::arch::x86_64::*;
+    let (a, b) = (_mm256_loadu_pd(from[0]), _mm256_loadu_pd(from[1]));
+    let (c, d) = (_mm256_loadu_pd(from[2]), _mm256_loadu_pd(from[3]));
+    let (ab_even, ab_odd) = (_mm256_unpacklo_pd(a, b), _mm256_unpackhi_pd(a, b));
+    let (cd_even, cd_odd) = (_mm256_unpacklo_pd(c, d), _mm256_unpackhi_pd(c, d));
+    _mm256_storeu_pd(to[0], _mm256_permute2f128_pd(ab_even, cd_even, 0x20));
+    _mm256_storeu_pd(to[1], _mm256_permute2f128_pd(ab_odd, cd_odd, 0x20));
+    _mm256_storeu_pd(to[2], _mm256_permute2f128_pd(ab_even, cd_even, 0x31));
+    _mm256_storeu_pd(to[3], _mm256_permute2f128_pd(ab_odd, cd_odd, 0x31));
 }
 
 /// [`interleave`] of `m×n` matrices stored in `layout`: in `scratch` they are column-major.
 #[inline(always)] // compiled with the caller's vector unit
 fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scratch: &mut [T]) {
-    if layout == Layout::ColumnMajor {
-        return interleave(a, m * n, scratch);
+    let len = m * n;
+    let (a, scratch) = (&a[..LANES * len], &mut scratch[..LANES * len]);
+    if let Some((runs, run)) = block_runs(m, n, layout) {
+        let (avx, from, to) = (avx_blocks::<T>(), a.as_ptr(), scratch.as_mut_ptr());
+        for o in 0..runs {
+            for first in (0..run).step_by(BLOCK) {
+                let (source, element) = (o * run + first, run_elements(m, layout, o, first));
+                for q0 in (0..LANES).step_by(BLOCK) {
+                    // SAFETY: each run lies in its slice (`source + BLOCK ≤ len`, `element[d] <
+                    // len`, `q0 + BLOCK ≤ LANES`).
+                    unsafe {
+                        let run = |q: usize| from.add((q0 + q) * len + source);
+                        let lanes = |d: usize| to.add(element[d] * LANES + q0);
+                        let to = [lanes(0), lanes(1), lanes(2), lanes(3)];
+                        move_block([run(0), run(1), run(2), run(3)], to, avx);
+                    }
+                }
+            }
+        }
+        return;
     }
-    for (l, matrix) in a.chunks_exact(m * n).take(LANES).enumerate() {
+    for (l, matrix) in a.chunks_exact(len).enumerate() {
+        if layout == Layout::ColumnMajor {
+            for (e, &x) in matrix.iter().enumerate() {
+                scratch[e * LANES + l] = x;
+            }
+            continue;
+        }
         for (i, row) in matrix.chunks_exact(n).enumerate() {
             for (j, &x) in row.iter().enumerate() {
                 scratch[(j * m + i) * LANES + l] = x;
@@ -61,10 +176,33 @@ fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scrat
 /// The inverse of [`interleave_from`].
 #[inline(always)] // compiled with the caller's vector unit
 fn deinterleave_to<T: Scalar>(scratch: &[T], m: usize, n: usize, layout: Layout, a: &mut [T]) {
-    if layout == Layout::ColumnMajor {
-        return deinterleave(scratch, m * n, a);
+    let len = m * n;
+    let (a, scratch) = (&mut a[..LANES * len], &scratch[..LANES * len]);
+    if let Some((runs, run)) = block_runs(m, n, layout) {
+        let (avx, from, to) = (avx_blocks::<T>(), scratch.as_ptr(), a.as_mut_ptr());
+        for o in 0..runs {
+            for first in (0..run).step_by(BLOCK) {
+                let (source, element) = (o * run + first, run_elements(m, layout, o, first));
+                for q0 in (0..LANES).step_by(BLOCK) {
+                    // SAFETY: as in interleave_from.
+                    unsafe {
+                        let lanes = |d: usize| from.add(element[d] * LANES + q0);
+                        let run = |q: usize| to.add((q0 + q) * len + source);
+                        let to = [run(0), run(1), run(2), run(3)];
+                        move_block([lanes(0), lanes(1), lanes(2), lanes(3)], to, avx);
+                    }
+                }
+            }
+        }
+        return;
     }
-    for (l, matrix) in a.chunks_exact_mut(m * n).take(LANES).enumerate() {
+    for (l, matrix) in a.chunks_exact_mut(len).enumerate() {
+        if layout == Layout::ColumnMajor {
+            for (e, x) in matrix.iter_mut().enumerate() {
+                *x = scratch[e * LANES + l];
+            }
+            continue;
+        }
         for (i, row) in matrix.chunks_exact_mut(n).enumerate() {
             for (j, x) in row.iter_mut().enumerate() {
                 *x = scratch[(j * m + i) * LANES + l];
