@@ -143,13 +143,14 @@ def test_a_permutation_that_is_none_gives_jax_result(trans, k):
 @pytest.mark.parametrize("n", [3, 8, 16, 17, 40])
 def test_a_system_rounds_alike_anywhere_in_the_batch(dtype, n):
     # With one right-hand side, real systems up to order 16 are solved 8 at a time, one per
-    # lane, and the batch's rest (and a batch split over threads) one at a time: each is
-    # solved the same way wherever it lies, as alone.
+    # lane, and the batch's rest one at a time (as is the rest of each thread's part of a
+    # larger batch): each is solved the same way wherever it lies, as alone.
     rng = np.random.default_rng()
     a = rand(rng, (1, n, n), dtype)
     b = rand(rng, (1, n, 1), dtype)
     lu, _, perm = jax.lax.linalg.lu(a)
     solve = jax.jit(lambda lu, perm, b: lax_linalg.lu_solve(lu, perm, b, trans=0))
+    assert TARGET in solve.lower(lu, perm, b).as_text()
     alone = np.asarray(solve(lu, perm, b))[0]
     batch = 19  # two groups of 8 and 3 more
     others = rand(rng, (batch, n, n), dtype)

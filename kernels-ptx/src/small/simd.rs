@@ -10,8 +10,6 @@
 //! `info` and pivots included (the tests check this).
 
 use crate::scalar::{Real, Scalar};
-#[cfg(feature = "std")]
-extern crate std;
 
 /// Matrices factored together (8 f64 lanes fill an AVX-512 register; the loops vectorize to
 /// the target's width).
@@ -45,27 +43,28 @@ const BLOCK: usize = 4;
 const _: () = assert!(LANES % BLOCK == 0);
 
 /// The runs of [`BLOCK`] adjacent elements an `m×n` matrix stored in `layout` splits into:
-/// each of its `runs` rows (or columns) of `run` elements in `run / BLOCK` of them; None where
-/// they do not split so. Moving such a run of [`BLOCK`] matrices at once is a small transpose
+/// each of its `runs` rows (a column-major one: one run of all its elements, which keep their
+/// order in the scratch) of `run` elements in `run / BLOCK` of them; None where they do not
+/// split so. Moving such a run of [`BLOCK`] matrices at once is a small transpose
 /// in vector registers, where an element at a time is a scalar load and store (those were
 /// about half of the lane LU's time, a quarter of `jax.lax.linalg.lu`'s, f64 8192×8×8).
 #[inline(always)]
 fn block_runs(m: usize, n: usize, layout: Layout) -> Option<(usize, usize)> {
     let (runs, run) = match layout {
-        Layout::ColumnMajor => (n, m),
+        Layout::ColumnMajor => (1, m * n),
         Layout::RowMajor => (m, n),
     };
     (run % BLOCK == 0).then_some((runs, run))
 }
 
 /// The column-major indices (places in the interleaved scratch) of the [`BLOCK`] elements from
-/// `first` of row (or column) `o` of an `m`-row matrix stored in `layout`.
+/// `first` of run `o` (see [`block_runs`]) of an `m`-row matrix stored in `layout`.
 #[inline(always)]
 fn run_elements(m: usize, layout: Layout, o: usize, first: usize) -> [usize; BLOCK] {
     let mut element = [0; BLOCK];
     for (d, e) in element.iter_mut().enumerate() {
         *e = match layout {
-            Layout::ColumnMajor => o * m + first + d,
+            Layout::ColumnMajor => first + d,
             Layout::RowMajor => (first + d) * m + o,
         };
     }
@@ -90,11 +89,12 @@ fn avx_blocks<T>() -> bool {
 /// a transpose.
 ///
 /// # Safety
-/// Every pointer is valid for [`BLOCK`] elements, and `avx` is what [`avx_blocks`] says.
+/// Every pointer is valid for [`BLOCK`] elements, the runs of `from` and of `to` do not
+/// overlap, and `avx` is what [`avx_blocks`] says.
 #[inline(always)]
 unsafe fn move_block<T: Copy>(from: [*const T; BLOCK], to: [*mut T; BLOCK], avx: bool) {
     #[cfg(target_arch = "x86_64")]
-    if avx {
+    if avx && core::mem::size_of::<T>() == 8 {
         let from = [
             from[0].cast(),
             from[1].cast(),
@@ -148,10 +148,11 @@ fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scrat
                     // SAFETY: each run lies in its slice (`source + BLOCK ≤ len`, `element[d] <
                     // len`, `q0 + BLOCK ≤ LANES`).
                     unsafe {
-                        let run = |q: usize| from.add((q0 + q) * len + source);
-                        let lanes = |d: usize| to.add(element[d] * LANES + q0);
-                        let to = [lanes(0), lanes(1), lanes(2), lanes(3)];
-                        move_block([run(0), run(1), run(2), run(3)], to, avx);
+                        let matrix_run = |q: usize| from.add((q0 + q) * len + source);
+                        let lane_run = |d: usize| to.add(element[d] * LANES + q0);
+                        let targets = [lane_run(0), lane_run(1), lane_run(2), lane_run(3)];
+                        let sources = [matrix_run(0), matrix_run(1), matrix_run(2), matrix_run(3)];
+                        move_block(sources, targets, avx);
                     }
                 }
             }
@@ -186,10 +187,11 @@ fn deinterleave_to<T: Scalar>(scratch: &[T], m: usize, n: usize, layout: Layout,
                 for q0 in (0..LANES).step_by(BLOCK) {
                     // SAFETY: as in interleave_from.
                     unsafe {
-                        let lanes = |d: usize| from.add(element[d] * LANES + q0);
-                        let run = |q: usize| to.add((q0 + q) * len + source);
-                        let to = [run(0), run(1), run(2), run(3)];
-                        move_block([lanes(0), lanes(1), lanes(2), lanes(3)], to, avx);
+                        let lane_run = |d: usize| from.add(element[d] * LANES + q0);
+                        let matrix_run = |q: usize| to.add((q0 + q) * len + source);
+                        let targets = [matrix_run(0), matrix_run(1), matrix_run(2), matrix_run(3)];
+                        let sources = [lane_run(0), lane_run(1), lane_run(2), lane_run(3)];
+                        move_block(sources, targets, avx);
                     }
                 }
             }
