@@ -134,29 +134,65 @@ unsafe fn transpose_8_byte(from: [*const f64; BLOCK], to: [*mut f64; BLOCK]) {
     _mm256_storeu_pd(to[3], _mm256_permute2f128_pd(ab_odd, cd_odd, 0x31));
 }
 
+/// The runs of [`block_runs`] of the [`LANES`] matrices at `matrices` moved into the
+/// interleaved scratch at `scratch` (`into_lanes`) or back; false (nothing moved) where the
+/// matrices do not split into runs. One loop for both directions: a block move is a transpose,
+/// so only the roles of the two sides swap.
+///
+/// # Safety
+/// `matrices` and `scratch` are valid for `LANES·m·n` elements each and do not overlap; the
+/// side moved from may be read-only.
+#[inline(always)] // compiled with the caller's vector unit; `into_lanes` folds away
+unsafe fn move_runs<T: Scalar>(
+    m: usize,
+    n: usize,
+    layout: Layout,
+    matrices: *mut T,
+    scratch: *mut T,
+    into_lanes: bool,
+) -> bool {
+    let Some((runs, run)) = block_runs(m, n, layout) else {
+        return false;
+    };
+    let (len, avx) = (m * n, avx_blocks::<T>());
+    for o in 0..runs {
+        for first in (0..run).step_by(BLOCK) {
+            let (source, element) = (o * run + first, run_elements(m, layout, o, first));
+            for q0 in (0..LANES).step_by(BLOCK) {
+                // Each run lies in its buffer: `source + BLOCK ≤ len`, `element[d] < len`,
+                // `q0 + BLOCK ≤ LANES`.
+                let matrix_run = |q: usize| matrices.add((q0 + q) * len + source);
+                let lane_run = |d: usize| scratch.add(element[d] * LANES + q0);
+                let matrix_runs = [matrix_run(0), matrix_run(1), matrix_run(2), matrix_run(3)];
+                let lane_runs = [lane_run(0), lane_run(1), lane_run(2), lane_run(3)];
+                let (from, to) = if into_lanes {
+                    (matrix_runs, lane_runs)
+                } else {
+                    (lane_runs, matrix_runs)
+                };
+                move_block(from.map(|p| p.cast_const()), to, avx);
+            }
+        }
+    }
+    true
+}
+
 /// [`interleave`] of `m×n` matrices stored in `layout`: in `scratch` they are column-major.
 #[inline(always)] // compiled with the caller's vector unit
 fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scratch: &mut [T]) {
     let len = m * n;
     let (a, scratch) = (&a[..LANES * len], &mut scratch[..LANES * len]);
-    if let Some((runs, run)) = block_runs(m, n, layout) {
-        let (avx, from, to) = (avx_blocks::<T>(), a.as_ptr(), scratch.as_mut_ptr());
-        for o in 0..runs {
-            for first in (0..run).step_by(BLOCK) {
-                let (source, element) = (o * run + first, run_elements(m, layout, o, first));
-                for q0 in (0..LANES).step_by(BLOCK) {
-                    // SAFETY: each run lies in its slice (`source + BLOCK ≤ len`, `element[d] <
-                    // len`, `q0 + BLOCK ≤ LANES`).
-                    unsafe {
-                        let matrix_run = |q: usize| from.add((q0 + q) * len + source);
-                        let lane_run = |d: usize| to.add(element[d] * LANES + q0);
-                        let targets = [lane_run(0), lane_run(1), lane_run(2), lane_run(3)];
-                        let sources = [matrix_run(0), matrix_run(1), matrix_run(2), matrix_run(3)];
-                        move_block(sources, targets, avx);
-                    }
-                }
-            }
-        }
+    // SAFETY: both slices hold `LANES·len` elements; `a` is only read.
+    if unsafe {
+        move_runs(
+            m,
+            n,
+            layout,
+            a.as_ptr().cast_mut(),
+            scratch.as_mut_ptr(),
+            true,
+        )
+    } {
         return;
     }
     for (l, matrix) in a.chunks_exact(len).enumerate() {
@@ -179,23 +215,17 @@ fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scrat
 fn deinterleave_to<T: Scalar>(scratch: &[T], m: usize, n: usize, layout: Layout, a: &mut [T]) {
     let len = m * n;
     let (a, scratch) = (&mut a[..LANES * len], &scratch[..LANES * len]);
-    if let Some((runs, run)) = block_runs(m, n, layout) {
-        let (avx, from, to) = (avx_blocks::<T>(), scratch.as_ptr(), a.as_mut_ptr());
-        for o in 0..runs {
-            for first in (0..run).step_by(BLOCK) {
-                let (source, element) = (o * run + first, run_elements(m, layout, o, first));
-                for q0 in (0..LANES).step_by(BLOCK) {
-                    // SAFETY: as in interleave_from.
-                    unsafe {
-                        let lane_run = |d: usize| from.add(element[d] * LANES + q0);
-                        let matrix_run = |q: usize| to.add((q0 + q) * len + source);
-                        let targets = [matrix_run(0), matrix_run(1), matrix_run(2), matrix_run(3)];
-                        let sources = [lane_run(0), lane_run(1), lane_run(2), lane_run(3)];
-                        move_block(sources, targets, avx);
-                    }
-                }
-            }
-        }
+    // SAFETY: both slices hold `LANES·len` elements; `scratch` is only read.
+    if unsafe {
+        move_runs(
+            m,
+            n,
+            layout,
+            a.as_mut_ptr(),
+            scratch.as_ptr().cast_mut(),
+            false,
+        )
+    } {
         return;
     }
     for (l, matrix) in a.chunks_exact_mut(len).enumerate() {
