@@ -1,8 +1,8 @@
 """CPU linear algebra, stock jaxlib vs ferrax (and numpy, torch), each in its own process.
 
 For each op, dtype and n, a batch of n×n matrices sized to about 4 MB is timed through jax
-(jitted, median of repeated calls) with jaxlib's own lowering in one child process and after
-``ferrax.install()`` in another. Prints a table of times and ratios, writes the numbers to
+(jitted, median of the calls in a window of ``--seconds``) with jaxlib's own lowering in one
+child process and after ``ferrax.install()`` in another. Prints a table of times and ratios, writes the numbers to
 ``benches/results/cpu_linalg.json`` and one PNG plot of the speedup per op.
 
     python benches/cpu_linalg.py [--quick] [--ops lu,cholesky,...] [--sizes 4,8] [--dtypes float64]
@@ -145,26 +145,31 @@ def case_key(op, dtype, n):
 WARM_CALLS, WARM_SECONDS, WARM_MAX = 3, 0.25, 2000
 
 
-def median_ms(call, repeats):
-    """The median of `repeats` timed calls of `call()`, in ms, after a warm-up to steady state.
+def median_ms(call, repeats, seconds):
+    """The median of timed calls of `call()`, at least `repeats` of them and as many more as fit
+    in `seconds`, in ms, after a warm-up to steady state.
 
     A process's first calls on a new array size take fresh pages for their multi-MB buffers
     (the allocator gives freed ones back to the system until its thresholds adapt: six calls
     of a 4 MB LU here), about 1 ms per 4 MB on this machine, a third of a 2 ms call; a user's
-    loop pays that once. After one warm-up call, most of the timed calls still paid it."""
+    loop pays that once. After one warm-up call, most of the timed calls still paid it.
+
+    The window, not a count, because this host's load comes in bursts of a second or so: the
+    median of 9 calls of a 1 ms op fell inside one, and one table read a case 30 % off the
+    next one's."""
     start, calls = time.perf_counter(), 0
     while calls < WARM_MAX and (calls < WARM_CALLS or time.perf_counter() - start < WARM_SECONDS):
         call()
         calls += 1
-    samples = []
-    for _ in range(repeats):
+    samples, end = [], time.perf_counter() + seconds
+    while len(samples) < repeats or time.perf_counter() < end:
         start = time.perf_counter()
         call()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples) * 1e3
 
 
-def jax_results(side, cases, seed, repeats):
+def jax_results(side, cases, seed, repeats, seconds):
     """One jax side's median time (ms) of each case, and whether jax's lowering reached a
     ferrax target: {case: {"ms": ..., "routed": ...}}."""
     if side == "ferrax":
@@ -175,12 +180,12 @@ def jax_results(side, cases, seed, repeats):
         lowered = jax.jit(OPS[op]).lower(a)
         routed = any(t in lowered.as_text() for t in ferrax.target_names())
         compiled = lowered.compile()
-        ms = median_ms(lambda: jax.block_until_ready(compiled(a)), repeats)
+        ms = median_ms(lambda: jax.block_until_ready(compiled(a)), repeats, seconds)
         results[case_key(op, dtype, n)] = {"ms": ms, "routed": routed}
     return results
 
 
-def peer_results(peer, cases, seed, repeats):
+def peer_results(peer, cases, seed, repeats, seconds):
     """The peer's median time (ms) of each case it has: {case: {"ms": ...}}."""
     ops = peer_ops(peer)
     convert = (lambda a: a) if peer == "numpy" else __import__("torch").from_numpy
@@ -189,7 +194,7 @@ def peer_results(peer, cases, seed, repeats):
         if op not in ops:
             continue
         a = convert(host_operand(case_rng(seed, op, dtype, n), op, dtype, batch_size(dtype, n), n))
-        results[case_key(op, dtype, n)] = {"ms": median_ms(lambda: ops[op](a), repeats)}
+        results[case_key(op, dtype, n)] = {"ms": median_ms(lambda: ops[op](a), repeats, seconds)}
     return results
 
 
@@ -281,7 +286,10 @@ def main(argv=None):
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated n")
     parser.add_argument("--dtypes", default=",".join(np.dtype(d).name for d in DTYPES),
                         help="comma-separated dtype names")
-    parser.add_argument("--repeats", type=int, default=10, help="timed calls per process")
+    parser.add_argument("--repeats", type=int, default=10,
+                        help="timed calls per case and process, at least")
+    parser.add_argument("--seconds", type=float, default=0.5,
+                        help="each case timed for this long per process, at least")
     parser.add_argument("--rounds", type=int, default=3,
                         help="processes per library, one after the other round by round")
     parser.add_argument("--scaling", action="store_true",
@@ -297,13 +305,13 @@ def main(argv=None):
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cores])
     sizes = tuple(int(n) for n in args.sizes.split(","))
     dtypes = tuple(np.dtype(d).type for d in args.dtypes.split(","))
-    repeats, rounds = args.repeats, args.rounds
+    repeats, rounds, seconds = args.repeats, args.rounds, args.seconds
     if args.quick:
-        sizes, dtypes, repeats, rounds = (8, 64), (np.float64,), 3, 1
+        sizes, dtypes, repeats, rounds, seconds = (8, 64), (np.float64,), 3, 1, 0
     cases = [(op, dtype, n) for op in args.ops.split(",") for dtype in dtypes for n in sizes]
     if args.library:
         timed = jax_results if args.library in JAX_SIDES else peer_results
-        results = timed(args.library, cases, args.seed, repeats)
+        results = timed(args.library, cases, args.seed, repeats, seconds)
         pathlib.Path(args.json).write_text(json.dumps(results))
         return
     # The children's inputs: one seed for all of them, fresh unless given.
@@ -338,8 +346,8 @@ def main(argv=None):
     cores = len(os.sched_getaffinity(0))
     print(f"CPU, {cores} cores, jax {jax.__version__}, jaxlib {jax.lib.__version__}"
           + "".join(f", {p} {peer_version(p)}" for p in peers)
-          + f"; each library in its own process, median of {repeats} calls, median of "
-          f"{rounds} rounds (ms)")
+          + f"; each library in its own process, median of ≥ {repeats} calls over ≥ {seconds} s"
+          f" per case, median of {rounds} rounds (ms)")
     scaling_header = f" {'jaxlib 1→' + str(cores):>11} {'ferrax 1→' + str(cores):>11}" if one_core else ""
     peer_header = "".join(f" {p:>9}" for p in peers) + (f" {'vs best':>8}" if peers else "")
     header = f"{'op':<17} {'dtype':<10} {'n':>4} {'batch':>7} {'jaxlib':>9} {'ferrax':>9} {'speedup':>8}"
