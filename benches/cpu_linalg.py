@@ -1,9 +1,10 @@
 """CPU linear algebra, stock jaxlib vs ferrax (and numpy, torch), each in its own process.
 
 For each op, dtype and n, a batch of n×n matrices sized to about 4 MB is timed through jax
-(jitted, median of the calls in a window of ``--seconds``) with jaxlib's own lowering in one
-child process and after ``ferrax.install()`` in another. Prints a table of times and ratios, writes the numbers to
-``benches/results/cpu_linalg.json`` and one PNG plot of the speedup per op.
+(jitted; the median of the calls in a window of ``--seconds``, at least ``--repeats`` of them)
+with jaxlib's own lowering in one child process and after ``ferrax.install()`` in another.
+Prints a table of times and ratios, writes the numbers to ``benches/results/cpu_linalg.json``
+and one PNG plot of the speedup per op.
 
     python benches/cpu_linalg.py [--quick] [--ops lu,cholesky,...] [--sizes 4,8] [--dtypes float64]
 
@@ -281,7 +282,8 @@ def plot(results, directory):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="n in {8, 64}, f64 only, 3 repeats")
+    parser.add_argument("--quick", action="store_true",
+                        help="n in {8, 64}, f64 only, 3 calls, no window, 1 round")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated n")
     parser.add_argument("--dtypes", default=",".join(np.dtype(d).name for d in DTYPES),
@@ -346,8 +348,9 @@ def main(argv=None):
     cores = len(os.sched_getaffinity(0))
     print(f"CPU, {cores} cores, jax {jax.__version__}, jaxlib {jax.lib.__version__}"
           + "".join(f", {p} {peer_version(p)}" for p in peers)
-          + f"; each library in its own process, median of ≥ {repeats} calls over ≥ {seconds} s"
-          f" per case, median of {rounds} rounds (ms)")
+          + f"; each library in its own process, median of ≥ {repeats} calls"
+          + (f" over ≥ {seconds} s" if seconds else "")
+          + f" per case, median of {rounds} rounds (ms)")
     scaling_header = f" {'jaxlib 1→' + str(cores):>11} {'ferrax 1→' + str(cores):>11}" if one_core else ""
     peer_header = "".join(f" {p:>9}" for p in peers) + (f" {'vs best':>8}" if peers else "")
     header = f"{'op':<17} {'dtype':<10} {'n':>4} {'batch':>7} {'jaxlib':>9} {'ferrax':>9} {'speedup':>8}"

@@ -141,7 +141,8 @@ unsafe fn transpose_8_byte(from: [*const f64; BLOCK], to: [*mut f64; BLOCK]) {
 ///
 /// # Safety
 /// `matrices` and `scratch` are valid for `LANES·m·n` elements each and do not overlap; the
-/// side moved from may be read-only.
+/// side moved to (`scratch` if `into_lanes`, else `matrices`) is valid for writes, the other
+/// only read.
 #[inline(always)] // compiled with the caller's vector unit; `into_lanes` folds away
 unsafe fn move_runs<T: Scalar>(
     m: usize,
@@ -159,8 +160,8 @@ unsafe fn move_runs<T: Scalar>(
         for first in (0..run).step_by(BLOCK) {
             let (source, element) = (o * run + first, run_elements(m, layout, o, first));
             for q0 in (0..LANES).step_by(BLOCK) {
-                // Each run lies in its buffer: `source + BLOCK ≤ len`, `element[d] < len`,
-                // `q0 + BLOCK ≤ LANES`.
+                // SAFETY (with the caller's): each run lies in its buffer, `source + BLOCK ≤
+                // len`, `element[d] < len`, `q0 + BLOCK ≤ LANES`.
                 let matrix_run = |q: usize| matrices.add((q0 + q) * len + source);
                 let lane_run = |d: usize| scratch.add(element[d] * LANES + q0);
                 let matrix_runs = [matrix_run(0), matrix_run(1), matrix_run(2), matrix_run(3)];
@@ -182,8 +183,9 @@ unsafe fn move_runs<T: Scalar>(
 fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scratch: &mut [T]) {
     let len = m * n;
     let (a, scratch) = (&a[..LANES * len], &mut scratch[..LANES * len]);
-    // SAFETY: both slices hold `LANES·len` elements; `a` is only read.
-    if unsafe {
+    // SAFETY: both slices hold `LANES·len` elements, one `&`, one `&mut` (disjoint); `a`
+    // is only read.
+    let moved = unsafe {
         move_runs(
             m,
             n,
@@ -192,7 +194,8 @@ fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scrat
             scratch.as_mut_ptr(),
             true,
         )
-    } {
+    };
+    if moved {
         return;
     }
     for (l, matrix) in a.chunks_exact(len).enumerate() {
@@ -215,8 +218,9 @@ fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scrat
 fn deinterleave_to<T: Scalar>(scratch: &[T], m: usize, n: usize, layout: Layout, a: &mut [T]) {
     let len = m * n;
     let (a, scratch) = (&mut a[..LANES * len], &scratch[..LANES * len]);
-    // SAFETY: both slices hold `LANES·len` elements; `scratch` is only read.
-    if unsafe {
+    // SAFETY: both slices hold `LANES·len` elements, one `&`, one `&mut` (disjoint);
+    // `scratch` is only read.
+    let moved = unsafe {
         move_runs(
             m,
             n,
@@ -225,7 +229,8 @@ fn deinterleave_to<T: Scalar>(scratch: &[T], m: usize, n: usize, layout: Layout,
             scratch.as_ptr().cast_mut(),
             false,
         )
-    } {
+    };
+    if moved {
         return;
     }
     for (l, matrix) in a.chunks_exact_mut(len).enumerate() {
