@@ -37,38 +37,29 @@ fn deinterleave<T: Scalar>(scratch: &[T], len: usize, a: &mut [T]) {
     deinterleave_to(scratch, len, 1, Layout::ColumnMajor, a)
 }
 
-/// Elements of a matrix moved together, and matrices moved together, by [`interleave_from`]
-/// and [`deinterleave_to`].
+/// Elements of a matrix moved together, and matrices moved together, by [`move_matrices`].
 const BLOCK: usize = 4;
 const _: () = assert!(LANES % BLOCK == 0);
 
-/// The runs of [`BLOCK`] adjacent elements an `m×n` matrix stored in `layout` splits into:
-/// each of its `runs` rows (a column-major one: one run of all its elements, which keep their
-/// order in the scratch) of `run` elements in `run / BLOCK` of them; None where they do not
-/// split so. Moving such a run of [`BLOCK`] matrices at once is a small transpose
-/// in vector registers, where an element at a time is a scalar load and store (those were
-/// about half of the lane LU's time, a quarter of `jax.lax.linalg.lu`'s, f64 8192×8×8).
+/// The runs of adjacent elements of an `m×n` matrix stored in `layout`: `runs` rows (a
+/// column-major matrix: one run of all its elements, which keep their order in the scratch) of
+/// `run` elements.
 #[inline(always)]
-fn block_runs(m: usize, n: usize, layout: Layout) -> Option<(usize, usize)> {
-    let (runs, run) = match layout {
+fn runs(m: usize, n: usize, layout: Layout) -> (usize, usize) {
+    match layout {
         Layout::ColumnMajor => (1, m * n),
         Layout::RowMajor => (m, n),
-    };
-    (run % BLOCK == 0).then_some((runs, run))
+    }
 }
 
-/// The column-major indices (places in the interleaved scratch) of the [`BLOCK`] elements from
-/// `first` of run `o` (see [`block_runs`]) of an `m`-row matrix stored in `layout`.
+/// The column-major index (place in the interleaved scratch) of element `k` of run `o` (see
+/// [`runs`]) of an `m`-row matrix stored in `layout`.
 #[inline(always)]
-fn run_elements(m: usize, layout: Layout, o: usize, first: usize) -> [usize; BLOCK] {
-    let mut element = [0; BLOCK];
-    for (d, e) in element.iter_mut().enumerate() {
-        *e = match layout {
-            Layout::ColumnMajor => first + d,
-            Layout::RowMajor => (first + d) * m + o,
-        };
+fn run_element(m: usize, layout: Layout, o: usize, k: usize) -> usize {
+    match layout {
+        Layout::ColumnMajor => k,
+        Layout::RowMajor => k * m + o,
     }
-    element
 }
 
 /// Whether [`move_block`] may take AVX's shuffles (8-byte elements: f64, complex f32, on a
@@ -134,34 +125,55 @@ unsafe fn transpose_8_byte(from: [*const f64; BLOCK], to: [*mut f64; BLOCK]) {
     _mm256_storeu_pd(to[3], _mm256_permute2f128_pd(ab_odd, cd_odd, 0x31));
 }
 
-/// The runs of [`block_runs`] of the [`LANES`] matrices at `matrices` moved into the
-/// interleaved scratch at `scratch` (`into_lanes`) or back; false (nothing moved) where the
-/// matrices do not split into runs. One loop for both directions: a block move is a transpose,
-/// so only the roles of the two sides swap.
+/// The [`LANES`] `m×n` matrices stored in `layout` at `matrices` moved into the interleaved
+/// scratch at `scratch`, column-major (`into_lanes`), or back. Where the [`runs`] split into
+/// runs of [`BLOCK`], [`BLOCK`] elements of [`BLOCK`] matrices move at once, a small transpose
+/// in vector registers; element by element the loads and stores stay scalar (those were about
+/// half of the lane LU's time, a quarter of `jax.lax.linalg.lu`'s, f64 8192×8×8). One loop
+/// for both directions: only the roles of the two sides swap.
 ///
 /// # Safety
 /// `matrices` and `scratch` are valid for `LANES·m·n` elements each and do not overlap; the
 /// side moved to (`scratch` if `into_lanes`, else `matrices`) is valid for writes, the other
 /// only read.
 #[inline(always)] // compiled with the caller's vector unit; `into_lanes` folds away
-unsafe fn move_runs<T: Scalar>(
+unsafe fn move_matrices<T: Scalar>(
     m: usize,
     n: usize,
     layout: Layout,
     matrices: *mut T,
     scratch: *mut T,
     into_lanes: bool,
-) -> bool {
-    let Some((runs, run)) = block_runs(m, n, layout) else {
-        return false;
-    };
-    let (len, avx) = (m * n, avx_blocks::<T>());
+) {
+    let ((runs, run), len) = (runs(m, n, layout), m * n);
+    // SAFETY (below, with the caller's): every index is below `len` in a matrix, below
+    // `LANES·len` in the scratch.
+    if run % BLOCK != 0 {
+        // One element of every matrix at a time, a fixed-length inner loop: matrix by matrix,
+        // the compiler vectorized the variable-length loop into more code, slower on tiny runs.
+        for o in 0..runs {
+            for k in 0..run {
+                let (source, element) = (o * run + k, run_element(m, layout, o, k));
+                for q in 0..LANES {
+                    let matrix = matrices.add(q * len + source);
+                    let lane = scratch.add(element * LANES + q);
+                    if into_lanes {
+                        *lane = *matrix;
+                    } else {
+                        *matrix = *lane;
+                    }
+                }
+            }
+        }
+        return;
+    }
+    let avx = avx_blocks::<T>();
     for o in 0..runs {
         for first in (0..run).step_by(BLOCK) {
-            let (source, element) = (o * run + first, run_elements(m, layout, o, first));
+            let source = o * run + first;
+            let element =
+                core::array::from_fn::<_, BLOCK, _>(|d| run_element(m, layout, o, first + d));
             for q0 in (0..LANES).step_by(BLOCK) {
-                // SAFETY (with the caller's): each run lies in its buffer, `source + BLOCK ≤
-                // len`, `element[d] < len`, `q0 + BLOCK ≤ LANES`.
                 let matrix_run = |q: usize| matrices.add((q0 + q) * len + source);
                 let lane_run = |d: usize| scratch.add(element[d] * LANES + q0);
                 let matrix_runs = [matrix_run(0), matrix_run(1), matrix_run(2), matrix_run(3)];
@@ -175,18 +187,17 @@ unsafe fn move_runs<T: Scalar>(
             }
         }
     }
-    true
 }
 
 /// [`interleave`] of `m×n` matrices stored in `layout`: in `scratch` they are column-major.
 #[inline(always)] // compiled with the caller's vector unit
 fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scratch: &mut [T]) {
-    let len = m * n;
-    let (a, scratch) = (&a[..LANES * len], &mut scratch[..LANES * len]);
-    // SAFETY: both slices hold `LANES·len` elements, one `&`, one `&mut` (disjoint); `a`
-    // is only read.
-    let moved = unsafe {
-        move_runs(
+    let len = LANES * m * n;
+    let (a, scratch) = (&a[..len], &mut scratch[..len]);
+    // SAFETY: both slices hold `LANES·m·n` elements, one `&`, one `&mut` (disjoint); `a` is
+    // only read.
+    unsafe {
+        move_matrices(
             m,
             n,
             layout,
@@ -194,34 +205,18 @@ fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scrat
             scratch.as_mut_ptr(),
             true,
         )
-    };
-    if moved {
-        return;
-    }
-    for (l, matrix) in a.chunks_exact(len).enumerate() {
-        if layout == Layout::ColumnMajor {
-            for (e, &x) in matrix.iter().enumerate() {
-                scratch[e * LANES + l] = x;
-            }
-            continue;
-        }
-        for (i, row) in matrix.chunks_exact(n).enumerate() {
-            for (j, &x) in row.iter().enumerate() {
-                scratch[(j * m + i) * LANES + l] = x;
-            }
-        }
     }
 }
 
 /// The inverse of [`interleave_from`].
 #[inline(always)] // compiled with the caller's vector unit
 fn deinterleave_to<T: Scalar>(scratch: &[T], m: usize, n: usize, layout: Layout, a: &mut [T]) {
-    let len = m * n;
-    let (a, scratch) = (&mut a[..LANES * len], &scratch[..LANES * len]);
-    // SAFETY: both slices hold `LANES·len` elements, one `&`, one `&mut` (disjoint);
+    let len = LANES * m * n;
+    let (a, scratch) = (&mut a[..len], &scratch[..len]);
+    // SAFETY: both slices hold `LANES·m·n` elements, one `&`, one `&mut` (disjoint);
     // `scratch` is only read.
-    let moved = unsafe {
-        move_runs(
+    unsafe {
+        move_matrices(
             m,
             n,
             layout,
@@ -229,22 +224,6 @@ fn deinterleave_to<T: Scalar>(scratch: &[T], m: usize, n: usize, layout: Layout,
             scratch.as_ptr().cast_mut(),
             false,
         )
-    };
-    if moved {
-        return;
-    }
-    for (l, matrix) in a.chunks_exact_mut(len).enumerate() {
-        if layout == Layout::ColumnMajor {
-            for (e, x) in matrix.iter_mut().enumerate() {
-                *x = scratch[e * LANES + l];
-            }
-            continue;
-        }
-        for (i, row) in matrix.chunks_exact_mut(n).enumerate() {
-            for (j, x) in row.iter_mut().enumerate() {
-                *x = scratch[(j * m + i) * LANES + l];
-            }
-        }
     }
 }
 
