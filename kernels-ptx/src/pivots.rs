@@ -78,7 +78,7 @@ const fn padded_len(n: u64, bytes: u64) -> u64 {
 unsafe fn stage_in(src: *const i32, count: u32, mut put: impl FnMut(u32, i32)) {
     let (t, threads) = (thread_idx_x(), block_dim_x());
     let mut scalar_from = 0;
-    if (src as usize).is_multiple_of(16) {
+    if src as usize % 16 == 0 {
         let quads = count / 4;
         let load = |q: u32| src.cast::<u128>().add(q as usize).read();
         let mut put4 = |q: u32, v: u128| {
@@ -115,7 +115,7 @@ unsafe fn stage_in(src: *const i32, count: u32, mut put: impl FnMut(u32, i32)) {
 unsafe fn stage_out(dst: *mut i32, count: u32, get: impl Fn(u32) -> i32) {
     let (t, threads) = (thread_idx_x(), block_dim_x());
     let mut scalar_from = 0;
-    if (dst as usize).is_multiple_of(16) {
+    if dst as usize % 16 == 0 {
         let quads = count / 4;
         let mut q = t;
         while q < quads {
@@ -268,10 +268,8 @@ pub unsafe fn large_kernel(args: PivotsArgs) {
     let swaps = k.min(size);
     // 16-bit targets and indices (with a spare bit, see `link_swaps`), whole warps, and at
     // most ITEMS swaps a thread in the sort.
-    let sortable = size < 1 << 16
-        && swaps < 1 << 15
-        && threads.is_multiple_of(32)
-        && swaps <= ITEMS as u32 * threads;
+    let sortable =
+        size < 1 << 16 && swaps < 1 << 15 && threads % 32 == 0 && swaps <= ITEMS as u32 * threads;
     // `piv[i]`: the normalized pivot `q` (as `q << 16 | i` where `sortable`), then where swap
     // `i`'s value comes from: `!q` for the literal `q`, else a position whose chain root it is.
     let piv = flags.add(36);

@@ -97,7 +97,7 @@ pub unsafe fn threefry2x32_kernel(args: ThreefryArgs) {
     } = args;
     let (start, stride) = (global_idx_x(), grid_size_x());
     let addresses = key0 as usize | key1 as usize | x0 as usize | x1 as usize;
-    let aligned = (addresses | out0 as usize | out1 as usize).is_multiple_of(16);
+    let aligned = (addresses | out0 as usize | out1 as usize) % 16 == 0;
     let quads = if aligned { n / 4 } else { 0 };
     let mut q = start;
     while q < quads {
@@ -224,7 +224,7 @@ pub unsafe fn threefry2x32_bits_kernel<T: Bits, const N: usize>(args: BitsArgs<T
         return;
     }
     let (start, stride) = (global_idx_x(), grid_size_x());
-    let groups = if (out as usize).is_multiple_of(16) {
+    let groups = if out as usize % 16 == 0 {
         total / N as u64
     } else {
         0
