@@ -126,7 +126,7 @@ fn positive_definite<T: TestScalar>(rng: &mut Rng, batch: usize, n: usize) -> Ve
                     T::zero()
                 };
                 for k in 0..n {
-                    sum = sum + x[b * n * n + k * n + i] * x[b * n * n + k * n + j].conj();
+                    sum += x[b * n * n + k * n + i] * x[b * n * n + k * n + j].conj();
                 }
                 a[b * n * n + j * n + i] = sum;
             }
@@ -533,7 +533,7 @@ fn tridiagonal_solve<T: TestScalar>(device: &Device) -> Result<(), String> {
         // Diagonally dominant but for zero pivots (interchanges) and, past two systems, one
         // exactly singular system (all zero).
         for (i, x) in diagonals[1].iter_mut().enumerate() {
-            *x = *x + T::from_parts(if i % 7 == 3 { 0.0 } else { 3.0 }, 0.0);
+            *x += T::from_parts(if i % 7 == 3 { 0.0 } else { 3.0 }, 0.0);
         }
         if batch > 2 {
             for diagonal in &mut diagonals {
@@ -641,7 +641,7 @@ fn tridiagonal_solve<T: TestScalar>(device: &Device) -> Result<(), String> {
 
 /// `y += a·x` for the dense products of the references below.
 fn add_product<T: TestScalar>(y: &mut T, a: T, x: T) {
-    *y = *y + a * x;
+    *y += a * x;
 }
 
 /// `ferrax_csr_sparse_dense` and `ferrax_coo_sparse_dense` against the dense product of the
@@ -679,7 +679,7 @@ fn sparse_products<T: TestScalar>(device: &Device) -> Result<(), String> {
         for r in 0..rows {
             for e in outer[r] as usize..outer[r + 1] as usize {
                 let at = &mut dense[r * cols + inner[e] as usize];
-                *at = *at + data[e];
+                *at += data[e];
             }
         }
         let mut want = vec![T::zero(); rows * width];
@@ -905,7 +905,7 @@ fn spsolve<T: TestScalar>(device: &Device) -> Result<(), String> {
         for r in 0..n {
             for e in indptr[r] as usize..indptr[r + 1] as usize {
                 if indices[e] == r as i64 {
-                    data[e] = data[e] + T::from_parts(5.0, 0.0);
+                    data[e] += T::from_parts(5.0, 0.0);
                 }
             }
         }
@@ -916,7 +916,7 @@ fn spsolve<T: TestScalar>(device: &Device) -> Result<(), String> {
         for r in 0..n {
             let mut ax = T::zero();
             for e in indptr[r] as usize..indptr[r + 1] as usize {
-                ax = ax + data[e] * x[indices[e] as usize];
+                ax += data[e] * x[indices[e] as usize];
             }
             worst = worst.max((ax - b[r]).modulus());
         }

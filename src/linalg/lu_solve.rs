@@ -295,7 +295,7 @@ simd_dispatch! {
                 *x = b[p as usize];
             }
             for i in 1..n {
-                x[i] = x[i] - dot(&lu[i * n..i * n + i], &x[..i]);
+                x[i] -= dot(&lu[i * n..i * n + i], &x[..i]);
             }
             for i in (0..n).rev() {
                 let sum = x[i] - dot(&lu[i * n + i + 1..(i + 1) * n], &x[i + 1..]);
@@ -340,20 +340,20 @@ fn substitute_lanes<T: Scalar, const L: usize>(
     }
     for i in 1..n {
         let mut sum = y[i];
-        for j in 0..i {
+        for (j, y_j) in y[..i].iter().enumerate() {
             let l = entry(i, j);
             for g in 0..L {
-                sum[g] = sum[g] - l[g] * y[j][g];
+                sum[g] = sum[g] - l[g] * y_j[g];
             }
         }
         y[i] = sum;
     }
     for i in (0..n).rev() {
         let mut sum = y[i];
-        for j in i + 1..n {
+        for (j, y_j) in y.iter().enumerate().take(n).skip(i + 1) {
             let u = entry(i, j);
             for g in 0..L {
-                sum[g] = sum[g] - u[g] * y[j][g];
+                sum[g] = sum[g] - u[g] * y_j[g];
             }
         }
         let pivot = entry(i, i);

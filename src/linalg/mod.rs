@@ -24,7 +24,7 @@ pub mod svd;
 pub mod tridiagonal;
 pub mod tridiagonal_solve;
 pub mod trsm;
-pub mod underflow;
+pub(crate) mod underflow;
 pub mod vector_unit;
 pub(crate) mod workers;
 

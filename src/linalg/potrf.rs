@@ -405,9 +405,10 @@ fn factor_batch<T: LapackScalar, F: Factors<T> + Sync>(
             })
         };
         if lapack.is_some() {
-            return range
-                .into_iter()
-                .try_for_each(|b| Ok(done(b, one(b, &mut staged)?)));
+            return range.into_iter().try_for_each(|b| {
+                done(b, one(b, &mut staged)?);
+                Ok(())
+            });
         }
         let mut lane_scratch = vec![<T as Scalar>::ZERO; SIMD_GROUP * n * n];
         let mut staged_group = Vec::new();
@@ -425,7 +426,10 @@ fn factor_batch<T: LapackScalar, F: Factors<T> + Sync>(
                 (0..SIMD_GROUP).for_each(|lane| done(first + lane, info[lane]));
                 Ok(())
             },
-            |b| Ok(done(b, one(b, &mut staged)?)),
+            |b| {
+                done(b, one(b, &mut staged)?);
+                Ok(())
+            },
         )
     })
 }

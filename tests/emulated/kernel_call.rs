@@ -196,7 +196,7 @@ pub fn triton_kernel_call(device: &Device) -> Result<(), String> {
 fn refusals(device: &Device) -> Result<(), String> {
     let len = 256;
     let good = Call {
-        n: len as i32,
+        n: len,
         scale: 1.0,
         shift: 0.0,
         negate: 0,

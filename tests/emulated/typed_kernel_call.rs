@@ -160,18 +160,21 @@ pub fn kernel_call(device: &Device) -> Result<(), String> {
     refusals(device)
 }
 
+/// A call the target refuses: the kernel, its attributes, its operands, the error expected.
+type Refusal<'a> = (
+    &'static str,
+    Vec<(&'static str, Attr)>,
+    [&'a Operand<'a>; 2],
+    &'static str,
+);
+
 /// Calls the target refuses, each with an error naming the kernel, none launched.
 fn refusals(device: &Device) -> Result<(), String> {
     let buffer = || device.zeros::<f32>(vec![4, 64]);
     let (x, y, out) = (buffer(), buffer(), buffer());
     let other = device.zeros::<f32>(vec![3, 64]);
     let f32_scalar: &'static [(&str, Attr)] = &[("2", Attr::F32(1.0)), ("3", Attr::U32(64))];
-    let cases: Vec<(
-        &'static str,
-        Vec<(&'static str, Attr)>,
-        [&Operand<'_>; 2],
-        &str,
-    )> = vec![
+    let cases: Vec<Refusal> = vec![
         (
             "axpy_f16",
             vec![],

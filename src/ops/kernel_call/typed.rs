@@ -127,7 +127,7 @@ pub fn args(
         })
         .collect::<Result<Vec<_>, String>>()?;
     if let Some(result) =
-        (operands..buffers).find(|&b| !args.iter().any(|a| *a == Arg::Buffer(b)))
+        (operands..buffers).find(|&b| !args.contains(&Arg::Buffer(b)))
     {
         return Err(at(format!(
             "result {} is passed to no parameter (the kernel is what writes it)",
