@@ -147,7 +147,8 @@ unsafe fn move_matrices<T: Scalar>(
 ) {
     let ((runs, run), len) = (runs(m, n, layout), m * n);
     // SAFETY (below, with the caller's): every index is below `len` in a matrix, below
-    // `LANES·len` in the scratch.
+    // `LANES·len` in the scratch; a block's runs of `BLOCK` from such an index stay within
+    // them too (`run % BLOCK == 0`, `LANES % BLOCK == 0`).
     if run % BLOCK != 0 {
         // One element of every matrix at a time, a fixed-length inner loop: matrix by matrix,
         // the compiler vectorized the variable-length loop into more code, slower on tiny runs.
@@ -189,11 +190,20 @@ unsafe fn move_matrices<T: Scalar>(
     }
 }
 
+/// `LANES·m·n`, the elements [`move_matrices`] touches on each side; panics where that
+/// overflows (its pointer loops walk `m` and `n`, not a wrapped length).
+#[inline(always)]
+fn moved_elements(m: usize, n: usize) -> usize {
+    m.checked_mul(n)
+        .and_then(|len| len.checked_mul(LANES))
+        .expect("the lanes' matrices overflow usize")
+}
+
 /// [`interleave`] of `m×n` matrices stored in `layout`: in `scratch` they are column-major.
 #[inline(always)] // compiled with the caller's vector unit
 fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scratch: &mut [T]) {
-    let len = LANES * m * n;
-    let (a, scratch) = (&a[..len], &mut scratch[..len]);
+    let total = moved_elements(m, n);
+    let (a, scratch) = (&a[..total], &mut scratch[..total]);
     // SAFETY: both slices hold `LANES·m·n` elements, one `&`, one `&mut` (disjoint); `a` is
     // only read.
     unsafe {
@@ -211,8 +221,8 @@ fn interleave_from<T: Scalar>(a: &[T], m: usize, n: usize, layout: Layout, scrat
 /// The inverse of [`interleave_from`].
 #[inline(always)] // compiled with the caller's vector unit
 fn deinterleave_to<T: Scalar>(scratch: &[T], m: usize, n: usize, layout: Layout, a: &mut [T]) {
-    let len = LANES * m * n;
-    let (a, scratch) = (&mut a[..len], &scratch[..len]);
+    let total = moved_elements(m, n);
+    let (a, scratch) = (&mut a[..total], &scratch[..total]);
     // SAFETY: both slices hold `LANES·m·n` elements, one `&`, one `&mut` (disjoint);
     // `scratch` is only read.
     unsafe {
@@ -271,10 +281,11 @@ fn lanes_pair<T>(s: &mut [T], target: usize, source: usize) -> (&mut [T; LANES],
     )
 }
 
-fn check_sizes<T>(a: &[T], len: usize, scratch: &[T]) {
+fn check_sizes<T>(a: &[T], m: usize, n: usize, scratch: &[T]) {
+    let total = moved_elements(m, n);
     assert!(
-        a.len() >= LANES * len && scratch.len() >= LANES * len,
-        "lanes need {LANES}·{len} elements in the matrices and the scratch"
+        a.len() >= total && scratch.len() >= total,
+        "lanes need {LANES}·{m}·{n} elements in the matrices and the scratch"
     );
 }
 
@@ -292,8 +303,8 @@ pub fn potf2<T: Scalar>(
     info: &mut [i32; LANES],
     scratch: &mut [T],
 ) {
+    check_sizes(a, n, n, scratch);
     let len = n * n;
-    check_sizes(a, len, scratch);
     *info = [0; LANES];
     if len == 0 {
         return;
@@ -382,15 +393,15 @@ pub fn getf2<T: Scalar>(
     info: &mut [i32; LANES],
     scratch: &mut [T],
 ) {
+    check_sizes(a, m, n, scratch);
     let (len, k) = (m * n, m.min(n));
-    check_sizes(a, len, scratch);
     assert!(ipiv.len() >= LANES * k, "ipiv needs {LANES}·{k} elements");
     *info = [0; LANES];
     if len == 0 {
         return;
     }
     let source = source.unwrap_or(a);
-    check_sizes(source, len, scratch);
+    check_sizes(source, m, n, scratch);
     interleave_from(source, m, n, layout, scratch);
     let s = &mut scratch[..LANES * len];
     let at = |i: usize, j: usize| j * m + i;

@@ -1008,6 +1008,26 @@ fn lanes_match_one_matrix_routines<T: TestScalar>() {
     }
 }
 
+/// Sizes whose element count overflows are refused before any pointer loop walks them (a
+/// wrapped `LANES·m·n` of 8 would pass every length check).
+#[test]
+#[should_panic(expected = "overflow")]
+fn lanes_refuse_sizes_that_overflow() {
+    use super::simd::{self, Layout, LANES};
+    let (mut a, mut scratch, mut ipiv) = ([0.0f64; LANES], [0.0f64; LANES], [0; LANES]);
+    let m = usize::MAX / LANES + 2;
+    simd::getf2(
+        None,
+        &mut a,
+        m,
+        1,
+        Layout::ColumnMajor,
+        &mut ipiv,
+        &mut [0; LANES],
+        &mut scratch,
+    );
+}
+
 #[test]
 fn lanes_match_one_matrix_routines_all_types() {
     lanes_match_one_matrix_routines::<f32>();
