@@ -350,7 +350,7 @@ fn substitute_lanes<T: Scalar, const L: usize>(
     }
     for i in (0..n).rev() {
         let mut sum = y[i];
-        for (j, y_j) in y.iter().enumerate().take(n).skip(i + 1) {
+        for (j, y_j) in (i + 1..n).zip(&y[i + 1..n]) {
             let u = entry(i, j);
             for g in 0..L {
                 sum[g] = sum[g] - u[g] * y_j[g];
