@@ -437,7 +437,9 @@ pub fn getf2<T: Scalar>(
         }
         // Row j with each lane's pivot row, a column at a time: a gather of the pivot rows'
         // lanes and a scatter of row j's (a lane that keeps row j reads and writes it; a zero
-        // pivot is only ever row j's own, as no zero exceeds another).
+        // pivot is only ever row j's own, as no zero exceeds another). About a quarter of an
+        // 8×8 f64 batch's time, yet lane selects in the loops below in place of the scatter
+        // were 1.25–1.6× slower overall (LLVM made them masked or scalar stores).
         if pivot_row.iter().any(|&r| r != j) {
             let mut offset = [0usize; LANES];
             for l in 0..LANES {
