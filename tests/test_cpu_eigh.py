@@ -117,8 +117,9 @@ def test_above_the_rust_solver_matches_lapack(install, dtype):
 
 
 # The orders of ferrax's paths: its Rust solver; LAPACK for real matrices and faer for
-# complex ones; faer for every dtype in a batch of at least as many matrices as threads (up to
-# 4), LAPACK where faer cannot take a matrix (not finite, or past LAPACK's scaling thresholds).
+# complex ones (from order 64 around LAPACK's tridiagonal solver); faer for every dtype in a
+# batch of at least as many matrices as threads (up to 4), LAPACK where faer cannot take a
+# matrix (not finite, or past LAPACK's scaling thresholds).
 ORDERS = {"rust-solver": 7, "mid": 40, "large": 300}
 
 
@@ -126,8 +127,21 @@ ORDERS = {"rust-solver": 7, "mid": 40, "large": 300}
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
 def test_reconstruction(install, dtype, lower, n):
+    check_reconstruction(install, dtype, lower, (2, 2, n, n))
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+def test_one_matrix_reconstruction(install, dtype, lower):
+    # Fewer matrices than threads: a complex one's back-transformation is split by columns
+    # over the pool (order 200: several column blocks per thread).
+    check_reconstruction(install, dtype, lower, (200, 200))
+
+
+def check_reconstruction(install, dtype, lower, shape):
     install()
-    a = random_matrix((2, 2, n, n), dtype, np.random.default_rng())
+    n = shape[-1]
+    a = random_matrix(shape, dtype, np.random.default_rng())
     v, w = jax.lax.linalg.eigh(a, lower=lower, symmetrize_input=False)
     v, w = np.asarray(v), np.asarray(w)
     # The matrix LAPACK saw: the chosen triangle, mirrored.

@@ -4,7 +4,9 @@
 
 use super::flags::{Flag, Uplo, Vectors};
 use super::matrix::InOut;
-use super::parallel::{for_each_chunk, Pool, SharedMut};
+use super::parallel::{
+    for_each_chunk, parallel_chunks, Pool, Serial, SharedMatrix, SharedMut, PANEL,
+};
 use super::underflow::GradualUnderflow;
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
@@ -24,6 +26,7 @@ use ferrax_cpu_fallback::{ComplexLapack, Heevd, Lapack, Real, RealLapack, Stedc,
 use ferrax_kernels::small::eigh as small_eigh;
 use num_complex::Complex;
 use std::ffi::c_char;
+use std::ops::Range;
 
 /// Up to this order the matrices are solved in Rust ([`small_eigh::eigh`]: LAPACK's steps for
 /// these sizes, where `?syevd` hands the tridiagonal problem to `?steqr`) instead of calling
@@ -45,6 +48,13 @@ pub const SMALL_MAX: usize = 25;
 fn by_faer<T: Evd>(count: usize, order: usize, threads: usize, split: bool) -> bool {
     T::COMPLEX || (count >= threads && (order > 256 || split))
 }
+
+/// From this order complex matrices with eigenvectors take the split path ([`split_eigh`])
+/// rather than faer's whole solver, whose own divide and conquer is the slower there (2
+/// cores, p10 ms, whole → split: 64 c128 matrices of 64 16.9 → 15.5, 16 c64 of 128 14.0 →
+/// 11.8, 4 c128 of 256 28.0 → 25.1; one c128 of 512, its back-transformation over the pool
+/// too, 84 → 65); below, at 32 and 48, c128 is even and c64 8-10 % slower split.
+const COMPLEX_SPLIT_MIN: usize = 64;
 
 /// Decomposes every matrix of `a` (`n × n`, its `uplo` triangle read): `w` gets its `n`
 /// ascending eigenvalues and `info` its LAPACK `info`; with `jobz` [`Vectors::Compute`] the
@@ -136,10 +146,12 @@ pub fn eigh<T: Evd>(
     let liwork = query.iwork[0].max(1);
 
     let (lower, vectors) = (uplo == b'L' as c_char, jobz == b'V' as c_char);
-    // LAPACK's tridiagonal solver for faer's real path, where the table has it.
-    let stedc = T::stedc().filter(|_| vectors);
+    // LAPACK's tridiagonal solver between faer's steps, where the table has it.
+    let stedc = T::stedc().filter(|_| vectors && (!T::COMPLEX || order >= COMPLEX_SPLIT_MIN));
     let faer_first = by_faer::<T>(count, order, pool.threads(), stedc.is_some());
-    let syevd_range = |range: std::ops::Range<usize>| {
+    // Matrices `range` one after another, each one's back-transformation split over
+    // `columns_pool`.
+    let syevd_range = |range: Range<usize>, columns_pool: &dyn Pool| {
         // LAPACK's workspace once a matrix needs it.
         let mut ws = None;
         let mut faer = if faer_first {
@@ -155,7 +167,7 @@ pub fn eigh<T: Evd>(
             unsafe {
                 a.column_major(b, &mut staged, |a, ld| {
                     if let Some(faer) = faer.as_mut() {
-                        if faer_eigh(a, order, ld, lower, vectors, w, faer) {
+                        if faer_eigh(columns_pool, a, order, ld, lower, vectors, w, faer)? {
                             info[0] = 0;
                             return Ok(());
                         }
@@ -182,15 +194,15 @@ pub fn eigh<T: Evd>(
         }
         Ok(())
     };
+    if count == 1 || count < pool.threads() {
+        // Each matrix over the whole pool, and LAPACK on OpenBLAS's own threads.
+        return syevd_range(0..count, pool);
+    }
     for_each_chunk(pool, count, flops, &|range| {
         // OpenBLAS's divide and conquer (its threaded `xLAED3`) starts its own threads even for
         // small matrices, which next to the pool's threads oversubscribe the cores (n = 32,
-        // 512 matrices, 2 cores: 72 -> 28 ms; 43 ms on one core). One matrix keeps them.
-        if count > 1 {
-            ferrax_cpu_fallback::single_threaded(|| syevd_range(range))
-        } else {
-            syevd_range(range)
-        }
+        // 512 matrices, 2 cores: 72 -> 28 ms; 43 ms on one core).
+        ferrax_cpu_fallback::single_threaded(|| syevd_range(range, &Serial))
     })
 }
 
@@ -204,12 +216,14 @@ struct FaerScratch<T: Evd> {
 }
 
 /// The split path: `?stedc` and its own scratch (the tridiagonalized matrix, faer's block
-/// reflectors' factors, the tridiagonal `d`, `e`, its eigenvectors `z`, `?stedc`'s workspaces).
+/// reflectors' factors, the phases that make its off-diagonal real, the real tridiagonal `d`,
+/// `e`, its eigenvectors `z`, `?stedc`'s workspaces).
 struct Split<T: Evd> {
     stedc: Stedc<Real<T>>,
     reduced: Vec<T>,
     factors: Vec<T>,
     block: usize,
+    phases: Vec<T>,
     d: Vec<Real<T>>,
     e: Vec<Real<T>>,
     z: Vec<Real<T>>,
@@ -247,6 +261,7 @@ impl<T: Evd> FaerScratch<T> {
                 reduced: memory::vec_of(n * n, T::ZERO)?,
                 factors: memory::vec_of(block * n.saturating_sub(1), T::ZERO)?,
                 block,
+                phases: memory::vec_of(n, T::ZERO)?,
                 d: memory::vec_of(n, zero)?,
                 e: memory::vec_of(n, zero)?,
                 z: memory::vec_of(n * n, zero)?,
@@ -268,19 +283,15 @@ impl<T: Evd> FaerScratch<T> {
 /// The eigenvalues (into `values`) and eigenvectors (into `vectors`, `n × n` column-major) of
 /// the self-adjoint `matrix` (its lower triangle read) in three steps: faer's blocked
 /// tridiagonalization, LAPACK's divide and conquer on the real tridiagonal, faer's blocked
-/// back-transformation. For real scalars, whose tridiagonal is the reduced matrix's own
-/// diagonals; false where `?stedc` fails.
+/// back-transformation, its columns split over `columns_pool`. False where `?stedc` fails.
 fn split_eigh<T: Evd>(
+    columns_pool: &dyn Pool,
     matrix: MatRef<'_, T>,
     split: &mut Split<T>,
     values: &mut [T],
     vectors: &mut [T],
     stack: &mut MemStack,
-) -> bool {
-    debug_assert!(
-        !T::COMPLEX,
-        "a complex tridiagonal's off-diagonal is not real"
-    );
+) -> Result<bool> {
     let n = matrix.nrows();
     let mut reduced = MatMut::from_column_major_slice_mut(&mut split.reduced, n, n);
     reduced.copy_from_triangular_lower(matrix);
@@ -293,20 +304,30 @@ fn split_eigh<T: Evd>(
         stack,
         Default::default(),
     );
+    // The reduced matrix is D·T·Dᴴ with T real (off-diagonal |βᵢ|) and D = diag(phases):
+    // phase i + 1 is that of βᵢ times phase i, so T's eigenvectors times D are its own. For
+    // real scalars the phases are signs. Divided by the modulus, not times its reciprocal,
+    // which overflows for a subnormal βᵢ.
+    let mut phase = T::ONE;
     for i in 0..n {
         split.d[i] = reduced[(i, i)].re();
-        split.e[i] = if i + 1 < n {
-            reduced[(i + 1, i)].re()
-        } else {
-            Real::<T>::default()
-        };
+        split.phases[i] = phase;
+        split.e[i] = Real::<T>::default();
+        if i + 1 < n {
+            let beta = reduced[(i + 1, i)] * phase;
+            let modulus = beta.cabs();
+            split.e[i] = modulus;
+            if modulus != Real::<T>::default() {
+                phase = T::from_re_im(beta.re() / modulus, beta.im() / modulus);
+            }
+        }
     }
     // In LAPACK's integer range: [`eigh`] checked `?syevd`'s larger workspace first.
     let (order, lwork, liwork) = (n as i32, split.work.len() as i32, split.iwork.len() as i32);
     let mut info = 0;
     // SAFETY: `d` and `e` hold the n-element tridiagonal, `z` room for n × n eigenvectors
     // (leading dimension n), the workspaces LAPACK's minimums for COMPZ = 'I'.
-    unsafe {
+    ferrax_cpu_fallback::single_threaded(|| unsafe {
         (split.stedc)(
             &(b'I' as c_char),
             &order,
@@ -320,28 +341,51 @@ fn split_eigh<T: Evd>(
             &liwork,
             &mut info,
         )
-    };
+    });
     if info != 0 {
-        return false;
+        return Ok(false);
     }
     for (value, &d) in values.iter_mut().zip(&split.d) {
         *value = T::from_real(d);
     }
-    for (vector, &z) in vectors.iter_mut().zip(&split.z) {
-        *vector = T::from_real(z);
+    let (reduced, factors, phases, z) = (reduced.rb(), factors.rb(), &split.phases, &split.z);
+    // SAFETY: `vectors` holds n × n elements, and each task below writes its own columns.
+    let shared = unsafe { SharedMatrix::column_major(vectors.as_mut_ptr(), n, n) };
+    let back_transform = |columns: Range<usize>, stack: &mut MemStack| {
+        // SAFETY: this task's columns.
+        let mut u = unsafe { shared.write(0, columns.start, n, columns.len()) };
+        for (j, column) in columns.clone().zip(u.rb_mut().col_iter_mut()) {
+            for ((to, &z), &phase) in column.iter_mut().zip(&z[j * n..(j + 1) * n]).zip(phases) {
+                *to = phase.scale(z);
+            }
+        }
+        if n > 1 {
+            apply_block_householder_sequence_on_the_left_in_place_with_conj(
+                reduced.submatrix(1, 0, n - 1, n - 1),
+                factors,
+                Conj::No,
+                u.subrows_mut(1, n - 1),
+                Par::Seq,
+                stack,
+            );
+        }
+    };
+    if columns_pool.threads() == 1 {
+        back_transform(0..n, stack);
+    } else {
+        parallel_chunks(columns_pool, n, PANEL / 2, &|columns| {
+            let request = apply_block_householder_sequence_on_the_left_in_place_scratch::<T>(
+                n.saturating_sub(1),
+                factors.nrows(),
+                columns.len(),
+            );
+            let mut scratch = memory::faer_scratch(request, "eigh")?;
+            let _gradual = GradualUnderflow::new();
+            back_transform(columns, MemStack::new(&mut scratch));
+            Ok(())
+        })?;
     }
-    if n > 1 {
-        let u = MatMut::from_column_major_slice_mut(vectors, n, n);
-        apply_block_householder_sequence_on_the_left_in_place_with_conj(
-            reduced.rb().submatrix(1, 0, n - 1, n - 1),
-            factors.rb(),
-            Conj::No,
-            u.subrows_mut(1, n - 1),
-            Par::Seq,
-            stack,
-        );
-    }
-    true
+    Ok(true)
 }
 
 /// Decomposes the `n × n` column-major matrix `a` (columns `ld` apart, its lower or upper
@@ -350,7 +394,9 @@ fn split_eigh<T: Evd>(
 /// with nothing written but the diagonal's imaginary parts (which LAPACK ignores) zeroed,
 /// where LAPACK should take the matrix instead: an element not finite, or so large or small
 /// that LAPACK would scale the matrix first (faer does not), or faer or `?stedc` stopped.
+#[allow(clippy::too_many_arguments)] // the matrix and its layout, the results, the scratch
 fn faer_eigh<T: Evd>(
+    columns_pool: &dyn Pool,
     a: &mut [T],
     n: usize,
     ld: usize,
@@ -358,7 +404,7 @@ fn faer_eigh<T: Evd>(
     vectors: bool,
     w: &mut [Real<T>],
     scratch: &mut FaerScratch<T>,
-) -> bool {
+) -> Result<bool> {
     // LAPACK's `?syevd` scales the matrix where its largest element's modulus lies outside
     // [sqrt(safmin/eps), sqrt(eps/safmin)]. Measured here by |re| + |im| (no square root), up
     // to √2 above the modulus: a complex matrix just below the upper threshold goes to LAPACK,
@@ -374,14 +420,14 @@ fn faer_eigh<T: Evd>(
         let rows = if lower { j..n } else { 0..j + 1 };
         for x in &a[j * ld + rows.start..j * ld + rows.end] {
             if !x.is_finite() {
-                return false;
+                return Ok(false);
             }
             largest = largest.max(x.abs1().into());
         }
         a[j * ld + j] = T::from_real(a[j * ld + j].re());
     }
     if !(low..=high).contains(&largest) {
-        return false;
+        return Ok(false);
     }
     let matrix = MatRef::from_column_major_slice_with_stride(a, n, n, ld);
     // faer reads the lower triangle. Aᵀ's is the upper one's transposed: Aᵀ = conj(A), with
@@ -392,12 +438,13 @@ fn faer_eigh<T: Evd>(
     let _gradual = GradualUnderflow::new();
     let solved = match scratch.split.as_mut() {
         Some(split) => split_eigh(
+            columns_pool,
             matrix,
             split,
             &mut scratch.values,
             &mut scratch.vectors,
             stack,
-        ),
+        )?,
         None => {
             let values = DiagMut::from_slice_mut(&mut scratch.values);
             let eigenvectors =
@@ -414,7 +461,7 @@ fn faer_eigh<T: Evd>(
         }
     };
     if !solved || !scratch.values.iter().all(|x| x.is_finite()) {
-        return false;
+        return Ok(false);
     }
     for (w, x) in w.iter_mut().zip(&scratch.values) {
         *w = x.re();
@@ -426,7 +473,7 @@ fn faer_eigh<T: Evd>(
             }
         }
     }
-    true
+    Ok(true)
 }
 
 /// LAPACK's three workspaces with their lengths; `rwork` is used by `?heevd` only.
@@ -466,9 +513,8 @@ pub trait Evd: LapackScalar {
 
     fn routine() -> Result<Self::Routine>;
 
-    /// LAPACK's tridiagonal divide and conquer, which [`faer_eigh`] runs between faer's
-    /// tridiagonalization and back-transformation for real scalars, where the table has it;
-    /// None for complex ones (faer's own solver, which also makes the off-diagonal real).
+    /// LAPACK's real tridiagonal divide and conquer, which [`faer_eigh`] runs between faer's
+    /// tridiagonalization and back-transformation, where the table has it.
     fn stedc() -> Option<Stedc<Real<Self>>>;
 
     /// jaxlib's closed-form `(lwork, lrwork)` for order `n`, LAPACK's documented minimums.
@@ -540,7 +586,7 @@ macro_rules! complex_evd {
             }
 
             fn stedc() -> Option<Stedc<Real<$t>>> {
-                None
+                <Real<$t> as RealLapack>::stedc().ok()
             }
 
             fn min_work(n: usize, vectors: bool) -> (usize, usize) {
