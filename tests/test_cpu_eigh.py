@@ -127,21 +127,26 @@ ORDERS = {"rust-solver": 7, "mid": 40, "large": 300}
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
 def test_reconstruction(install, dtype, lower, n):
-    check_reconstruction(install, dtype, lower, (2, 2, n, n))
+    check_reconstruction(install, random_matrix((2, 2, n, n), dtype, np.random.default_rng()),
+                         lower)
 
 
+@pytest.mark.parametrize("structure", ["dense", "block-diagonal"])
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
-def test_one_matrix_reconstruction(install, dtype, lower):
-    # Fewer matrices than threads: a complex one's back-transformation is split by columns
-    # over the pool (order 200: several column blocks per thread).
-    check_reconstruction(install, dtype, lower, (200, 200))
+def test_one_matrix_reconstruction(install, dtype, lower, structure):
+    # One matrix: a complex one's back-transformation is split by columns over the pool (order
+    # 200: several column blocks per thread, on a pool of two or more threads). Two diagonal
+    # blocks leave a zero in the tridiagonal's off-diagonal, whose phase the split path keeps.
+    a = random_matrix((200, 200), dtype, np.random.default_rng())
+    if structure == "block-diagonal":
+        a[:90, 90:] = a[90:, :90] = 0
+    check_reconstruction(install, a, lower)
 
 
-def check_reconstruction(install, dtype, lower, shape):
+def check_reconstruction(install, a, lower):
     install()
-    n = shape[-1]
-    a = random_matrix(shape, dtype, np.random.default_rng())
+    dtype, n = a.dtype.type, a.shape[-1]
     v, w = jax.lax.linalg.eigh(a, lower=lower, symmetrize_input=False)
     v, w = np.asarray(v), np.asarray(w)
     # The matrix LAPACK saw: the chosen triangle, mirrored.

@@ -53,7 +53,8 @@ fn by_faer<T: Evd>(count: usize, order: usize, threads: usize, split: bool) -> b
 /// rather than faer's whole solver, whose own divide and conquer is the slower there (2
 /// cores, p10 ms, whole → split: 64 c128 matrices of 64 16.9 → 15.5, 16 c64 of 128 14.0 →
 /// 11.8, 4 c128 of 256 28.0 → 25.1; one c128 of 512, its back-transformation over the pool
-/// too, 84 → 65); below, at 32 and 48, c128 is even and c64 8-10 % slower split.
+/// too, 84 → 65, bench-cpu's median 73); below, at 32 and 48, c128 is even and c64 8-10 %
+/// slower split.
 const COMPLEX_SPLIT_MIN: usize = 64;
 
 /// Decomposes every matrix of `a` (`n × n`, its `uplo` triangle read): `w` gets its `n`
@@ -151,7 +152,7 @@ pub fn eigh<T: Evd>(
     let faer_first = by_faer::<T>(count, order, pool.threads(), stedc.is_some());
     // Matrices `range` one after another, each one's back-transformation split over
     // `columns_pool`.
-    let syevd_range = |range: Range<usize>, columns_pool: &dyn Pool| {
+    let decompose_range = |range: Range<usize>, columns_pool: &dyn Pool| {
         // LAPACK's workspace once a matrix needs it.
         let mut ws = None;
         let mut faer = if faer_first {
@@ -194,15 +195,15 @@ pub fn eigh<T: Evd>(
         }
         Ok(())
     };
-    if count == 1 || count < pool.threads() {
-        // Each matrix over the whole pool, and LAPACK on OpenBLAS's own threads.
-        return syevd_range(0..count, pool);
+    if count == 1 {
+        // The split path's back-transformation over the pool, LAPACK on OpenBLAS's threads.
+        return decompose_range(0..1, pool);
     }
     for_each_chunk(pool, count, flops, &|range| {
         // OpenBLAS's divide and conquer (its threaded `xLAED3`) starts its own threads even for
         // small matrices, which next to the pool's threads oversubscribe the cores (n = 32,
         // 512 matrices, 2 cores: 72 -> 28 ms; 43 ms on one core).
-        ferrax_cpu_fallback::single_threaded(|| syevd_range(range, &Serial))
+        ferrax_cpu_fallback::single_threaded(|| decompose_range(range, &Serial))
     })
 }
 
@@ -232,19 +233,15 @@ struct Split<T: Evd> {
 }
 
 impl<T: Evd> FaerScratch<T> {
-    /// With `stedc` (eigenvectors of real matrices), the split path's scratch; else faer's
-    /// whole solver's.
+    /// With `stedc` (where the matrices' eigenvectors take the split path), the split path's
+    /// scratch; else faer's whole solver's.
     fn new(order: usize, vectors: bool, stedc: Option<Stedc<Real<T>>>) -> Result<Self> {
         let n = order;
         let block = recommended_block_size::<T>(n, n);
         let request = if stedc.is_some() {
             StackReq::any_of(&[
                 tridiag_in_place_scratch::<T>(n, Par::Seq, Default::default()),
-                apply_block_householder_sequence_on_the_left_in_place_scratch::<T>(
-                    n.saturating_sub(1),
-                    block,
-                    n,
-                ),
+                back_transformation_scratch::<T>(n, block, n),
             ])
         } else {
             let compute = if vectors {
@@ -374,11 +371,7 @@ fn split_eigh<T: Evd>(
         back_transform(0..n, stack);
     } else {
         parallel_chunks(columns_pool, n, PANEL / 2, &|columns| {
-            let request = apply_block_householder_sequence_on_the_left_in_place_scratch::<T>(
-                n.saturating_sub(1),
-                factors.nrows(),
-                columns.len(),
-            );
+            let request = back_transformation_scratch::<T>(n, factors.nrows(), columns.len());
             let mut scratch = memory::faer_scratch(request, "eigh")?;
             let _gradual = GradualUnderflow::new();
             back_transform(columns, MemStack::new(&mut scratch));
@@ -386,6 +379,16 @@ fn split_eigh<T: Evd>(
         })?;
     }
     Ok(true)
+}
+
+/// faer's scratch for the back-transformation of `columns` eigenvectors of order `n` by
+/// reflectors in blocks of `block`.
+fn back_transformation_scratch<T: Evd>(n: usize, block: usize, columns: usize) -> StackReq {
+    apply_block_householder_sequence_on_the_left_in_place_scratch::<T>(
+        n.saturating_sub(1),
+        block,
+        columns,
+    )
 }
 
 /// Decomposes the `n × n` column-major matrix `a` (columns `ld` apart, its lower or upper
