@@ -91,6 +91,17 @@ def test_matches_stock_jax_and_identities(dtype, random_matrix, assert_close):
         check_identities(a[k], h[k], ours[k], dtype, assert_close)
 
 
+def test_orders_where_rust_passes_to_lapack(installed, dtype, random_matrix, assert_close):
+    # Ferrax reduces to tridiagonal form in Rust up to order 32, and up to 64 for a batch split
+    # over several threads; by LAPACK otherwise. Checked by the identities only: past a few
+    # dozen rows the reflectors of two correct reductions differ by more than a fixed
+    # tolerance (f32 at 64: 2e-3 relative).
+    for batch, n in (((8,), 40), ((2,), 64), ((2,), 65), ((), 40)):
+        a = random_matrix(batch + (n, n), dtype)
+        h = hermitian(random_matrix, batch + (n, n), dtype)
+        check_identities(a, h, run(every_reduction, a, h), dtype, assert_close)
+
+
 def test_eigh_tridiagonal_of_the_reduction(installed, random_matrix):
     # T = Q^H A Q has A's eigenvalues (hetrd: real d and e from a complex matrix).
     h = hermitian(random_matrix, (6, 6), np.complex128)

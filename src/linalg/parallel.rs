@@ -192,7 +192,7 @@ pub fn for_each_chunk(
     flops_per_item: usize,
     per_chunk: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
 ) -> Result<()> {
-    let min_chunk = MIN_FLOPS_PER_TASK.div_ceil(flops_per_item.max(1));
+    let min_chunk = min_chunk(flops_per_item);
     if items <= min_chunk {
         // One chunk: LAPACK may use its own threads.
         return per_chunk(0..items);
@@ -206,6 +206,16 @@ pub fn for_each_chunk(
     parallel_chunks(pool, items, min_chunk, &|range| {
         ferrax_cpu_fallback::single_threaded(|| per_chunk(range))
     })
+}
+
+/// Whether [`for_each_chunk`] runs `items` on several of `pool`'s threads at once.
+pub fn splits_over_threads(pool: &dyn Pool, items: usize, flops_per_item: usize) -> bool {
+    pool.threads() > 1 && items > min_chunk(flops_per_item)
+}
+
+/// The fewest items per task of [`for_each_chunk`].
+fn min_chunk(flops_per_item: usize) -> usize {
+    MIN_FLOPS_PER_TASK.div_ceil(flops_per_item.max(1))
 }
 
 /// [`for_each_chunk`] for work without per-chunk setup.

@@ -1,10 +1,10 @@
 //! Reduction of symmetric / Hermitian matrices to real tridiagonal form (LAPACK's `?sytrd` /
 //! `?hetrd`): `T = Qᴴ A Q` and the reflectors of `Q` for every matrix of a batch, in whatever
-//! layout the batch is; in Rust up to [`SMALL_MAX`].
+//! layout the batch is; in Rust up to [`RUST_MAX`] or [`RUST_MAX_SPLIT`].
 
 use super::flags::{Flag, Uplo};
 use super::matrix::InOut;
-use super::parallel::{for_each_chunk, Pool, SharedMut};
+use super::parallel::{for_each_chunk, splits_over_threads, Pool, SharedMut};
 use super::{lapack_int, query_lwork, routine, LapackScalar};
 use crate::error::{Error, Result};
 use crate::memory;
@@ -12,10 +12,16 @@ use ferrax_cpu_fallback::Real;
 use ferrax_kernels::small::eigh as small_eigh;
 
 /// Up to this order the matrices are reduced in Rust ([`small_eigh::sytd2`], LAPACK's
-/// unblocked algorithm, which `?sytrd` also runs at these sizes) instead of calling LAPACK
-/// once per matrix: its level-2 BLAS calls take OpenBLAS's buffer lock once per column, and
-/// two threads contending for it ran slower than stock jaxlib's one.
-pub const SMALL_MAX: usize = small_eigh::MAX_ORDER;
+/// unblocked algorithm) instead of by one `?sytrd` call each, which costs more at these sizes.
+pub const RUST_MAX: usize = 32;
+
+/// Up to this order the Rust reduction also takes batches split over several threads: there
+/// LAPACK's level-2 BLAS calls contend for OpenBLAS's buffer lock, once per column (p10 ms,
+/// 2 threads, 128 matrices of order 64: f64 3.9 against 8.9, c128 12.0 against 16.1; stock
+/// jaxlib's one thread 6.9 and 18.9), while on one thread LAPACK is as fast or faster (f64
+/// 6.9 against 7.1, c128 18.6 against 23.9), and past 64 on two as well (c128 96: 13.4
+/// against 16.4; f64 about even, 5.8 against 5.4).
+pub const RUST_MAX_SPLIT: usize = 64;
 
 /// Reduces every matrix of `a` (`n × n`) from its `uplo` triangle: the tridiagonal and the
 /// reflectors replace that triangle in `a.output` (the other one untouched), `d` gets the `n`
@@ -57,10 +63,11 @@ pub fn sytrd<T: LapackScalar>(
     );
     // About 4/3 n^3 flops.
     let flops = order.saturating_pow(3).saturating_mul(4) / 3;
-    if order <= SMALL_MAX {
+    let split = splits_over_threads(pool, count, flops);
+    if order <= RUST_MAX || (split && order <= RUST_MAX_SPLIT) {
         let lower = uplo.is_lower();
         return for_each_chunk(pool, count, flops, &|range| {
-            let mut scratch = vec![T::default(); small_eigh::sytd2_scratch_len(order)];
+            let mut scratch = memory::vec_of(small_eigh::sytd2_scratch_len(order), T::default())?;
             let mut staged = Vec::new();
             for b in range {
                 // SAFETY: matrix `b`, its d, e, taus and info, which this task alone touches.

@@ -143,7 +143,8 @@ pub fn eigh<T: Scalar>(
         }
     }
 
-    hetd2_lower(h, n, d, &mut e[..n - 1], &mut tau[..n - 1]);
+    let mut work = [T::ZERO; MAX_ORDER];
+    hetd2_lower(h, n, d, &mut e[..n - 1], &mut tau[..n - 1], &mut work);
     if vectors {
         // Q = H(1)⋯H(n-1) in the trailing (n-1)×(n-1) block, first row and column e₁
         // (xORGTR); P·Q·P for an upper A.
@@ -200,18 +201,19 @@ fn load_lower<T: Scalar>(a: &[T], n: usize, lower: bool, h: &mut [T]) {
     }
 }
 
-/// Scratch elements of `T` that [`sytd2`] needs for order `n`.
+/// Scratch elements of `T` that [`sytd2`] needs for order `n`: the lower triangle it reduces
+/// and a column of work.
 pub const fn sytd2_scratch_len(n: usize) -> usize {
-    n * n
+    n * n + n
 }
 
-/// LAPACK's `xSYTD2`/`xHETD2` on one column-major `n×n` matrix (`n ≤ MAX_ORDER`): the
+/// LAPACK's `xSYTD2`/`xHETD2` on one column-major `n×n` matrix, of any order: the
 /// `lower` (else upper) triangle of `a` becomes the real tridiagonal `T = Qᴴ·A·Q` and the
 /// reflectors of `Q` in LAPACK's format, the other triangle untouched; `d[..n]`,
 /// `e[..n-1]`, `tau[..n-1]`. `scratch` takes [`sytd2_scratch_len`]`(n)` elements.
 ///
 /// # Panics
-/// If `n > MAX_ORDER` or a slice is too short.
+/// If a slice is too short.
 pub fn sytd2<T: Scalar>(
     a: &mut [T],
     n: usize,
@@ -221,14 +223,14 @@ pub fn sytd2<T: Scalar>(
     tau: &mut [T],
     scratch: &mut [T],
 ) {
-    assert!(n <= MAX_ORDER, "sytd2 takes at most {MAX_ORDER} rows");
     if n == 0 {
         return;
     }
-    let (a, h) = (&mut a[..n * n], &mut scratch[..n * n]);
+    let (h, work) = scratch[..sytd2_scratch_len(n)].split_at_mut(n * n);
+    let a = &mut a[..n * n];
     let (d, e, tau) = (&mut d[..n], &mut e[..n - 1], &mut tau[..n - 1]);
     load_lower(a, n, lower, h);
-    hetd2_lower(h, n, d, e, tau);
+    hetd2_lower(h, n, d, e, tau, work);
     for j in 0..n {
         for i in j..n {
             a[stored_at(n, lower, i, j)] = h[j * n + i];
@@ -242,44 +244,33 @@ pub fn sytd2<T: Scalar>(
 }
 
 /// `xSYTD2`/`xHETD2('L')` on the lower triangle of `h` (real diagonal): `d`, `e[..n-1]`, and
-/// the reflectors below the subdiagonal with their `tau`.
+/// the reflectors below the subdiagonal with their `tau`; `x` takes `n` elements of work.
 fn hetd2_lower<T: Scalar>(
     h: &mut [T],
     n: usize,
     d: &mut [T::Real],
     e: &mut [T::Real],
     tau: &mut [T],
+    x: &mut [T],
 ) {
     let at = |i: usize, j: usize| j * n + i;
     let half = <T::Real as Real>::ONE / (<T::Real as Real>::ONE + <T::Real as Real>::ONE);
-    let mut column = [T::ZERO; MAX_ORDER];
-    let mut x = [T::ZERO; MAX_ORDER];
     for i in 0..n - 1 {
         // xLARFG on h(i+1.., i): beta (real) at i+1, v below it.
-        column[..n].copy_from_slice(&h[at(0, i)..at(n, i)]);
-        let taui = larfg(&mut column, i + 1, n as u32);
-        h[at(i + 1, i)..at(n, i)].copy_from_slice(&column[i + 1..n]);
-        e[i] = column[i + 1].re();
+        let taui = larfg(&mut h[at(0, i)..at(n, i)], i + 1, n as u32);
+        e[i] = h[at(i + 1, i)].re();
         if taui != T::ZERO {
             // Apply H(i) from both sides to the trailing block A22 = h(i+1.., i+1..), only its
             // lower triangle stored: x = taui·A22·v (xHEMV), then
             // A22 -= v·wᴴ + w·vᴴ with w = x - ½·taui·(xᴴv)·v (xHER2).
             let m = n - i - 1;
             h[at(i + 1, i)] = T::ONE;
-            let v = &h[at(i + 1, i)..at(n, i)];
-            let v: [T; MAX_ORDER] = core::array::from_fn(|r| if r < m { v[r] } else { T::ZERO });
-            let a22 = |r: usize, c: usize| at(i + 1 + r, i + 1 + c);
-            x[..m].fill(T::ZERO);
-            for c in 0..m {
-                let temp1 = taui * v[c];
-                let mut temp2 = T::ZERO;
-                x[c] = x[c] + temp1.scale(h[a22(c, c)].re());
-                for r in c + 1..m {
-                    x[r] = x[r] + temp1 * h[a22(r, c)];
-                    temp2 = temp2 + h[a22(r, c)].conj() * v[r];
-                }
-                x[c] = x[c] + taui * temp2;
-            }
+            // v ends column i, where the trailing columns begin.
+            let (left, trailing) = h.split_at_mut(at(0, i + 1));
+            let v = &left[at(i + 1, i)..];
+            let a22 = &mut trailing[i + 1..];
+            let x = &mut x[..m];
+            hemv_lower(a22, n, m, taui, v, x);
             let mut dot = T::ZERO;
             for r in 0..m {
                 dot = dot + x[r].conj() * v[r];
@@ -288,23 +279,50 @@ fn hetd2_lower<T: Scalar>(
             for r in 0..m {
                 x[r] = x[r] + alpha * v[r];
             }
-            for c in 0..m {
-                if v[c] != T::ZERO || x[c] != T::ZERO {
-                    let temp1 = -x[c].conj();
-                    let temp2 = -v[c].conj();
-                    let diag = h[a22(c, c)].re() + (v[c] * temp1 + x[c] * temp2).re();
-                    h[a22(c, c)] = T::from_real(diag);
-                    for r in c + 1..m {
-                        h[a22(r, c)] = h[a22(r, c)] + v[r] * temp1 + x[r] * temp2;
-                    }
-                }
-            }
+            her2_lower(a22, n, m, v, x);
         }
         h[at(i + 1, i)] = T::from_real(e[i]);
         d[i] = h[at(i, i)].re();
         tau[i] = taui;
     }
     d[n - 1] = h[at(n - 1, n - 1)].re();
+}
+
+/// `x = taui·A·v` (`xHEMV`) for the `m×m` Hermitian `A` whose lower triangle `a` holds
+/// (column-major, leading dimension `ld`, real diagonal). Separate slices (arguments, so that
+/// the compiler knows they do not overlap) let its loops vectorize.
+fn hemv_lower<T: Scalar>(a: &[T], ld: usize, m: usize, taui: T, v: &[T], x: &mut [T]) {
+    let (v, x) = (&v[..m], &mut x[..m]);
+    x.fill(T::ZERO);
+    for c in 0..m {
+        let column = &a[c * ld..c * ld + m];
+        let temp1 = taui * v[c];
+        let mut temp2 = T::ZERO;
+        x[c] = x[c] + temp1.scale(column[c].re());
+        for r in c + 1..m {
+            x[r] = x[r] + temp1 * column[r];
+            temp2 = temp2 + column[r].conj() * v[r];
+        }
+        x[c] = x[c] + taui * temp2;
+    }
+}
+
+/// `A -= v·xᴴ + x·vᴴ` (`xHER2`) on the lower triangle of the `m×m` Hermitian `A` in `a`
+/// (as in [`hemv_lower`]), its diagonal kept real.
+fn her2_lower<T: Scalar>(a: &mut [T], ld: usize, m: usize, v: &[T], x: &[T]) {
+    let (v, x) = (&v[..m], &x[..m]);
+    for c in 0..m {
+        if v[c] != T::ZERO || x[c] != T::ZERO {
+            let column = &mut a[c * ld..c * ld + m];
+            let temp1 = -x[c].conj();
+            let temp2 = -v[c].conj();
+            let diag = column[c].re() + (v[c] * temp1 + x[c] * temp2).re();
+            column[c] = T::from_real(diag);
+            for r in c + 1..m {
+                column[r] = column[r] + v[r] * temp1 + x[r] * temp2;
+            }
+        }
+    }
 }
 
 /// `xLASCL('G')` of a real vector from `cfrom` to `cto`: multiplied by `cto/cfrom` in steps
