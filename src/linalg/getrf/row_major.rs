@@ -128,14 +128,13 @@ impl<T: LapackScalar> Panel<T> {
         &mut *self.first.add(i * self.stride).cast::<[T; W]>()
     }
 
-    /// Column `k`'s pivot from row `k` down (the first of the largest `|re| + |im|`, as
-    /// `I?AMAX`), swapped into row `k` and recorded in `ipiv[k]`; its reciprocal, or None
-    /// where LAPACK would not scale by it (modulus below the safe minimum, or NaN).
+    /// Column `k`'s pivot from row `k` down: the first of the largest `|re| + |im|`, as
+    /// `I?AMAX` (a NaN in row `k` stays, a later one is passed over).
     ///
     /// # Safety
     /// `k < width ≤ rows`.
     #[inline(always)]
-    unsafe fn pivot(&self, k: usize, ipiv: &mut [i32]) -> Option<T> {
+    unsafe fn pivot_row(&self, k: usize) -> usize {
         let (mut row, mut largest) = (k, self.row(k)[k].abs1());
         for i in k + 1..self.rows {
             let x = self.row(i)[k].abs1();
@@ -143,6 +142,17 @@ impl<T: LapackScalar> Panel<T> {
                 (row, largest) = (i, x);
             }
         }
+        row
+    }
+
+    /// Swaps row `row`, column `k`'s pivot, into row `k` and records it in `ipiv[k]`; the
+    /// pivot's reciprocal, or None where LAPACK would not scale by it (modulus below the safe
+    /// minimum, or NaN).
+    ///
+    /// # Safety
+    /// `k ≤ row < rows`, `k < width`.
+    #[inline(always)]
+    unsafe fn take_pivot(&self, k: usize, row: usize, ipiv: &mut [i32]) -> Option<T> {
         let safe_min = <<T as Scalar>::Real as Real>::SAFE_MIN;
         let pivot = self.row(row)[k];
         if !pivot.modulus_at_least(safe_min) {
@@ -162,18 +172,30 @@ impl<T: LapackScalar> Panel<T> {
     /// The panel is the caller's, `width == W ≤ rows`.
     #[inline(always)]
     unsafe fn factor_fixed<const W: usize>(&self, ipiv: &mut [i32]) -> bool {
+        let mut pivot_row = self.pivot_row(0);
         for k in 0..W {
-            let Some(reciprocal) = self.pivot(k, ipiv) else {
+            let Some(reciprocal) = self.take_pivot(k, pivot_row, ipiv) else {
                 return false;
             };
             let u = *self.row_of::<W>(k);
-            for i in k + 1..self.rows {
+            // Column k + 1's pivot is searched for as its elements are updated, which saves
+            // the panel a second pass over its rows per column (as `pivot_row`): f64 LU of
+            // 256 matrices of 64 2.9 -> 2.3 ms on 2 cores, c128 5.0 -> 4.9.
+            let next = k + 1;
+            let mut largest = <<T as Scalar>::Real as Real>::ZERO;
+            for i in next..self.rows {
                 let row = self.row_of::<W>(i);
                 let l = row[k] * reciprocal;
                 for j in 0..W {
                     let (x, updated) = (row[j], row[j] - l * u[j]);
                     let kept = if j > k { updated } else { x };
                     row[j] = if j == k { l } else { kept };
+                }
+                if next < W {
+                    let x = row[next].abs1();
+                    if i == next || x > largest {
+                        (pivot_row, largest) = (i, x);
+                    }
                 }
             }
         }
@@ -187,7 +209,7 @@ impl<T: LapackScalar> Panel<T> {
     #[inline(always)]
     unsafe fn factor_any(&self, ipiv: &mut [i32]) -> bool {
         for k in 0..self.width {
-            let Some(reciprocal) = self.pivot(k, ipiv) else {
+            let Some(reciprocal) = self.take_pivot(k, self.pivot_row(k), ipiv) else {
                 return false;
             };
             let u = &self.row(k)[k + 1..];
