@@ -135,12 +135,14 @@ def test_reconstruction(install, dtype, lower, n):
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
 def test_one_matrix_reconstruction(install, dtype, lower, structure):
-    # One matrix: a complex one's back-transformation is split by columns over the pool (order
-    # 200: several column blocks per thread, on a pool of two or more threads). Two diagonal
-    # blocks leave a zero in the tridiagonal's off-diagonal, whose phase the split path keeps.
-    a = random_matrix((200, 200), dtype, np.random.default_rng())
+    # One matrix: a complex one's tridiagonalization is split by column slabs over the pool
+    # (order 520, past 2 MiB in complex64 too: its first 455 steps) and its
+    # back-transformation by columns (several column blocks per thread), on a pool of two or
+    # more threads. Two diagonal blocks leave a zero in the tridiagonal's off-diagonal (a
+    # reflector with nothing to reflect), whose phase the split path keeps.
+    a = random_matrix((520, 520), dtype, np.random.default_rng())
     if structure == "block-diagonal":
-        a[:90, 90:] = a[90:, :90] = 0
+        a[:230, 230:] = a[230:, :230] = 0
     check_reconstruction(install, a, lower)
 
 

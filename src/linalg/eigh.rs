@@ -7,6 +7,7 @@ use super::matrix::InOut;
 use super::parallel::{
     for_each_chunk, parallel_chunks, Pool, Serial, SharedMatrix, SharedMut, PANEL,
 };
+use super::tridiag_over_pool;
 use super::underflow::GradualUnderflow;
 use super::{lapack_int, routine, LapackScalar};
 use crate::error::{Error, Result};
@@ -278,9 +279,11 @@ impl<T: Evd> FaerScratch<T> {
 }
 
 /// The eigenvalues (into `values`) and eigenvectors (into `vectors`, `n × n` column-major) of
-/// the self-adjoint `matrix` (its lower triangle read) in three steps: faer's blocked
-/// tridiagonalization, LAPACK's divide and conquer on the real tridiagonal, faer's blocked
-/// back-transformation, its columns split over `columns_pool`. False where `?stedc` fails.
+/// the self-adjoint `matrix` (its lower triangle read) in three steps: faer's
+/// tridiagonalization (over `columns_pool` where it has several threads and the matrix is
+/// large: [`tridiag_over_pool::tridiag_over_pool`]), LAPACK's divide and conquer on the real
+/// tridiagonal, faer's blocked back-transformation, its columns split over `columns_pool`.
+/// False where `?stedc` fails.
 fn split_eigh<T: Evd>(
     columns_pool: &dyn Pool,
     matrix: MatRef<'_, T>,
@@ -294,13 +297,19 @@ fn split_eigh<T: Evd>(
     reduced.copy_from_triangular_lower(matrix);
     let mut factors =
         MatMut::from_column_major_slice_mut(&mut split.factors, split.block, n.saturating_sub(1));
-    tridiag_in_place(
-        reduced.rb_mut(),
-        factors.rb_mut(),
-        Par::Seq,
-        stack,
-        Default::default(),
-    );
+    if columns_pool.threads() > 1
+        && n * n * std::mem::size_of::<T>() >= tridiag_over_pool::MIN_BYTES
+    {
+        tridiag_over_pool::tridiag_over_pool(columns_pool, reduced.rb_mut(), factors.rb_mut())?;
+    } else {
+        tridiag_in_place(
+            reduced.rb_mut(),
+            factors.rb_mut(),
+            Par::Seq,
+            stack,
+            Default::default(),
+        );
+    }
     // The reduced matrix is D·T·Dᴴ with T real (off-diagonal |βᵢ|) and D = diag(phases):
     // phase i + 1 is that of βᵢ times phase i, so T's eigenvectors times D are its own. For
     // real scalars the phases are signs. Divided by the modulus, not times its reciprocal,

@@ -21,6 +21,7 @@ pub mod schur;
 pub mod sparse;
 pub mod spsolve;
 pub mod svd;
+pub mod tridiag_over_pool;
 pub mod tridiagonal;
 pub mod tridiagonal_solve;
 pub mod trsm;
