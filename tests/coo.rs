@@ -4,28 +4,14 @@
 //! sum per entry. Integer entries and right-hand sides keep every sum exact, so the results
 //! must be equal whatever the order of the sums.
 
+#[path = "common/pools.rs"]
+mod pools;
 #[path = "common/rng.rs"]
 mod rng;
 
 use ferrax::linalg::coo::{coo_times_dense, Coo};
-use ferrax::linalg::parallel::Pool;
+use pools::Spawn;
 use rng::Rng;
-use std::ffi::c_void;
-
-/// A pool of `threads` threads, each task on a thread of its own.
-struct Spawn(usize);
-
-impl Pool for Spawn {
-    fn threads(&self) -> usize {
-        self.0
-    }
-    fn schedule(&self, task: unsafe extern "C" fn(*mut c_void), data: *mut c_void) -> bool {
-        let data = data as usize;
-        // SAFETY: the pool's contract: `task(data)` runs once.
-        std::thread::spawn(move || unsafe { task(data as *mut c_void) });
-        true
-    }
-}
 
 /// `out` row `r` gets `data[e] * rhs[c]` for each entry `e` kept by jax's index rules.
 fn reference(
