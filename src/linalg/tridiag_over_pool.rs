@@ -454,9 +454,8 @@ impl<T: ComplexField> WithSimd for FusedPass<T> {
         // SAFETY (all below): the pointers cover `m` elements (the matrix's columns, `m`
         // rows); this slab's columns of `a`, its `y` and `z` are its own.
         unsafe {
-            if let Some(first) = columns.clone().next() {
-                (first..m).for_each(|i| *z.add(i) = T::zero_impl());
-            }
+            // Every row the leader sums, also where the slab has no columns.
+            (columns.start..m).for_each(|i| *z.add(i) = T::zero_impl());
             for j in columns {
                 let column = a.add(j * lda);
                 let ry = -&*w.add(j);
