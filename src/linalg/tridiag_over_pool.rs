@@ -13,6 +13,7 @@
 //! claimed, and a task that starts late joins at the step under way.
 
 use super::parallel::{parallel_for, Pool};
+use super::underflow::GradualUnderflow;
 use super::LapackScalar;
 use crate::error::{Error, Result};
 use crate::memory;
@@ -76,6 +77,9 @@ pub fn tridiag_over_pool<T: LapackScalar>(
     };
     let schedule = Schedule::new(slabs);
     parallel_for(pool, slabs, &|task| {
+        // faer's reflectors count on gradual underflow, which XLA's threads turn off; the
+        // caller keeps it on its own thread, each helper here on its own.
+        let _gradual = GradualUnderflow::new();
         // SAFETY: `reduction` describes `a`, `householder` and the vectors above, which
         // outlive the tasks; the schedule hands each slab of a step to one task, after the
         // leader's writes for that step and before its next ones.
