@@ -131,7 +131,7 @@ def test_reconstruction(install, dtype, lower, n):
                          lower)
 
 
-@pytest.mark.parametrize("structure", ["dense", "block-diagonal"])
+@pytest.mark.parametrize("structure", ["dense", "block-diagonal", "rank-one", "graded"])
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
 def test_one_matrix_reconstruction(install, dtype, lower, structure):
@@ -139,10 +139,21 @@ def test_one_matrix_reconstruction(install, dtype, lower, structure):
     # (order 520, past 2 MiB in complex64 too: its first 455 steps) and its
     # back-transformation by columns (several column blocks per thread), on a pool of two or
     # more threads. Two diagonal blocks leave a zero in the tridiagonal's off-diagonal (a
-    # reflector with nothing to reflect), whose phase the split path keeps.
-    a = random_matrix((520, 520), dtype, np.random.default_rng())
+    # reflector with nothing to reflect), whose phase the split path keeps. After a rank-one
+    # matrix's first step the slabs reduce a trailing matrix of rounding errors; a graded one
+    # (eigenvalues over 30 orders of magnitude in double, 10 in single precision) has
+    # reflectors of every scale.
+    n, rng = 520, np.random.default_rng()
+    a = random_matrix((n, n), dtype, rng)
     if structure == "block-diagonal":
         a[:230, 230:] = a[230:, :230] = 0
+    elif structure == "rank-one":
+        v = random_matrix((n, 1), dtype, rng)
+        a = v @ np.conj(v.T)
+    elif structure == "graded":
+        q, _ = np.linalg.qr(a)
+        decades = 15 if np.finfo(dtype).bits >= 64 else 5
+        a = ((q * np.logspace(-decades, decades, n)) @ np.conj(q.T)).astype(dtype)
     check_reconstruction(install, a, lower)
 
 

@@ -2,9 +2,10 @@
 //! step's pass split over the pool. `Q·T·Qᴴ` is the matrix and `Q` unitary, to `10·n·ε` of the
 //! largest element, with `T` the result's tridiagonal and `Q` its reflectors applied to the
 //! identity by faer's blocked application (as the eigenvectors' back-transformation applies
-//! them): orders below and past the 66 from which steps go over the pool, the four dtypes,
-//! with two and three slabs per step (helpers on threads of their own), on one thread, and on
-//! a pool whose helpers never come (more threads than a step has slabs).
+//! them): dense, rank-one and graded matrices of orders below and past the 66 from which
+//! steps go over the pool, the four dtypes, with two and three slabs per step (helpers on
+//! threads of their own), on one thread, and on a pool whose helpers never come (more threads
+//! than a step has slabs).
 
 #[path = "common/pools.rs"]
 mod pools;
@@ -34,16 +35,29 @@ fn largest<T: LapackScalar>(a: MatRef<'_, T>) -> f64 {
 
 fn reduces<T: LapackScalar>(what: &str, element: impl Fn(&mut Rng) -> T, eps: f64) {
     let mut rng = Rng::fresh(what);
-    for n in [1, 2, 5, 40, 67, 150, 301] {
+    for (n, structure) in [1, 2, 5, 40, 67, 150, 301]
+        .into_iter()
+        .flat_map(|n| [(n, "dense"), (n, "rank-one"), (n, "graded")])
+    {
         let lower = Mat::<T>::from_fn(n, n, |_, _| element(&mut rng));
-        // Self-adjoint, from `lower`'s lower triangle: a real diagonal.
+        let v = Mat::<T>::from_fn(n, 1, |_, _| element(&mut rng));
+        // Rows and columns scaled from 1 down to √ε: reflectors of every scale.
+        let scale = |i: usize| T::from_f64_impl(eps.powf(0.5 * i as f64 / n as f64));
+        // Self-adjoint, from `lower`'s lower triangle (a real diagonal), or `v·vᴴ`, after
+        // whose first step the slabs reduce a trailing matrix of rounding errors.
         let a = Mat::<T>::from_fn(n, n, |i, j| {
-            if i == j {
+            let element = if structure == "rank-one" {
+                v[(i, 0)] * v[(j, 0)].conj()
+            } else if i == j {
                 T::from_real(lower[(i, i)].re())
             } else if i > j {
                 lower[(i, j)]
             } else {
                 lower[(j, i)].conj()
+            };
+            match structure {
+                "graded" => scale(i) * element * scale(j),
+                _ => element,
             }
         });
         let tolerance = 10.0 * n as f64 * eps * largest(a.as_ref());
@@ -86,11 +100,12 @@ fn reduces<T: LapackScalar>(what: &str, element: impl Fn(&mut Rng) -> T, eps: f6
             let error = largest(residual.as_ref());
             assert!(
                 error <= tolerance,
-                "n {n}: |A - Q·T·Qᴴ| {error:e} > {tolerance:e}"
+                "n {n}, {structure}: |A - Q·T·Qᴴ| {error:e} > {tolerance:e}"
             );
             let unitary = &(q.adjoint() * &q) - &Mat::<T>::identity(n, n);
             let error = largest(unitary.as_ref());
-            assert!(error <= 10.0 * n as f64 * eps, "n {n}: |QᴴQ - I| {error:e}");
+            let bound = 10.0 * n as f64 * eps;
+            assert!(error <= bound, "n {n}, {structure}: |QᴴQ - I| {error:e}");
         }
     }
 }
