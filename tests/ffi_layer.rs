@@ -940,7 +940,7 @@ fn scratch_body(
 ) -> Result<()> {
     for (&size, &alignment) in sizes.0.iter().zip(alignments.0) {
         let block = scratch.allocate(size as usize, alignment as usize)?;
-        if block as usize % alignment as usize != 0 {
+        if !(block as usize).is_multiple_of(alignment as usize) {
             return Err(Error::internal(format!(
                 "block {block:?} is not {alignment}-aligned"
             )));

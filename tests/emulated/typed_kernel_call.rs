@@ -95,7 +95,7 @@ fn axpy<T: Real>(device: &Device, rng: &mut Rng) -> Result<(), String> {
         let (x, y, before) = (random(rng), random(rng), random(rng));
         let dims = [batch_dims.clone(), vec![len as i64]].concat();
         // Blocks of 32·4 threads along x and y (the kernel uses x; y repeats it), or 128 x 1.
-        let (block, per_block) = if rng.next_u32() % 2 == 0 {
+        let (block, per_block) = if rng.next_u32().is_multiple_of(2) {
             ([32, 4, 1], 32)
         } else {
             ([128, 1, 1], 128)

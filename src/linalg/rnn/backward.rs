@@ -124,7 +124,7 @@ fn check_sizes<T>(
         ("dc0", out.dc0.len(), cell),
         ("dw", out.dw.len(), weights.len * out.groups),
     ];
-    if out.groups == 0 || dims.batch % out.groups != 0 {
+    if out.groups == 0 || !dims.batch.is_multiple_of(out.groups) {
         return Err(Error::internal(format!(
             "rnn backward: {} weight groups for a batch of {}",
             out.groups, dims.batch

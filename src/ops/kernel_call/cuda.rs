@@ -275,7 +275,7 @@ unsafe fn launch(
                 let &(pointer, bytes) = next.next().ok_or_else(|| {
                     Error::internal(format!("kernel {name}: fewer buffers than arrays"))
                 })?;
-                if *divisibility > 1 && (pointer as u64) % divisibility != 0 {
+                if *divisibility > 1 && !(pointer as u64).is_multiple_of(*divisibility) {
                     return Err(Error::invalid_argument(format!(
                         "kernel {name}: parameter {index}'s buffer ({pointer:?}) is not \
                          divisible by {divisibility}"

@@ -129,7 +129,7 @@ fn backward<T: Compute>(pool: &ThreadPool<'_>, dims: Dims, ops: RnnBwd<'_>) -> R
 fn reserve_of<T>(reserve: &Array<'_, f32>) -> (Option<*mut T>, usize) {
     let ptr = reserve.ptr().cast::<T>();
     let len = reserve.len() * 4 / std::mem::size_of::<T>();
-    let aligned = ptr as usize % std::mem::align_of::<T>() == 0;
+    let aligned = (ptr as usize).is_multiple_of(std::mem::align_of::<T>());
     ((aligned && len > 0).then_some(ptr), len)
 }
 

@@ -100,7 +100,7 @@ fn ptr<T>(buffer: &Buffer<'_>) -> *mut T {
 fn reserve_of<T>(reserve: &Buffer<'_>, layout: Reserve) -> Result<Option<*mut T>> {
     let bytes = reserve.element_count()? * 4;
     let needed = memory::product("reserve", &[layout.len, std::mem::size_of::<T>()])?;
-    let aligned = reserve.data_ptr() as usize % std::mem::align_of::<T>() == 0;
+    let aligned = (reserve.data_ptr() as usize).is_multiple_of(std::mem::align_of::<T>());
     Ok((bytes >= needed && aligned && needed > 0).then(|| ptr(reserve)))
 }
 
