@@ -4,22 +4,16 @@
 
 use super::flags::{Flag, Uplo, Vectors};
 use super::matrix::InOut;
-use super::parallel::{
-    for_each_chunk, parallel_chunks, Pool, Serial, SharedMatrix, SharedMut, PANEL,
-};
-use super::tridiag_over_pool;
+use super::parallel::{for_each_chunk, Pool, Serial, SharedMut};
 use super::underflow::GradualUnderflow;
 use super::{lapack_int, routine, LapackScalar};
+use super::{steps_over_pool, tridiag_over_pool};
 use crate::error::{Error, Result};
 use crate::memory;
 use faer::diag::DiagMut;
 use faer::dyn_stack::{MemBuffer, MemStack, StackReq};
 use faer::linalg::evd::tridiag::{tridiag_in_place, tridiag_in_place_scratch};
 use faer::linalg::evd::{self_adjoint_evd, self_adjoint_evd_scratch, ComputeEigenvectors};
-use faer::linalg::householder::{
-    apply_block_householder_sequence_on_the_left_in_place_scratch,
-    apply_block_householder_sequence_on_the_left_in_place_with_conj,
-};
 use faer::linalg::qr::no_pivoting::factor::recommended_block_size;
 use faer::prelude::{Reborrow, ReborrowMut};
 use faer::{Conj, MatMut, MatRef, Par};
@@ -242,7 +236,7 @@ impl<T: Evd> FaerScratch<T> {
         let request = if stedc.is_some() {
             StackReq::any_of(&[
                 tridiag_in_place_scratch::<T>(n, Par::Seq, Default::default()),
-                back_transformation_scratch::<T>(n, block, n),
+                steps_over_pool::apply_reflectors_scratch::<T>(n.saturating_sub(1), block, n),
             ])
         } else {
             let compute = if vectors {
@@ -354,50 +348,28 @@ fn split_eigh<T: Evd>(
     for (value, &d) in values.iter_mut().zip(&split.d) {
         *value = T::from_real(d);
     }
-    let (reduced, factors, phases, z) = (reduced.rb(), factors.rb(), &split.phases, &split.z);
-    // SAFETY: `vectors` holds n × n elements, and each task below writes its own columns.
-    let shared = unsafe { SharedMatrix::column_major(vectors.as_mut_ptr(), n, n) };
-    let back_transform = |columns: Range<usize>, stack: &mut MemStack| {
-        // SAFETY: this task's columns.
-        let mut u = unsafe { shared.write(0, columns.start, n, columns.len()) };
-        for (j, column) in columns.clone().zip(u.rb_mut().col_iter_mut()) {
+    let (phases, z) = (&split.phases, &split.z);
+    // The tridiagonal's eigenvectors, times the phases, back-transformed.
+    let init = |columns: Range<usize>, mut u: MatMut<'_, T>| {
+        for (j, column) in columns.zip(u.rb_mut().col_iter_mut()) {
             for ((to, &z), &phase) in column.iter_mut().zip(&z[j * n..(j + 1) * n]).zip(phases) {
                 *to = phase.scale(z);
             }
         }
-        if n > 1 {
-            apply_block_householder_sequence_on_the_left_in_place_with_conj(
-                reduced.submatrix(1, 0, n - 1, n - 1),
-                factors,
-                Conj::No,
-                u.subrows_mut(1, n - 1),
-                Par::Seq,
-                stack,
-            );
-        }
     };
-    if columns_pool.threads() == 1 {
-        back_transform(0..n, stack);
-    } else {
-        parallel_chunks(columns_pool, n, PANEL / 2, &|columns| {
-            let request = back_transformation_scratch::<T>(n, factors.nrows(), columns.len());
-            let mut scratch = memory::faer_scratch(request, "eigh")?;
-            let _gradual = GradualUnderflow::new();
-            back_transform(columns, MemStack::new(&mut scratch));
-            Ok(())
-        })?;
-    }
+    steps_over_pool::apply_reflectors(
+        columns_pool,
+        reduced.rb().submatrix(1, 0, n - 1, n - 1),
+        factors.rb(),
+        Conj::No,
+        vectors,
+        n,
+        1,
+        &init,
+        stack,
+        "eigh",
+    )?;
     Ok(true)
-}
-
-/// faer's scratch for the back-transformation of `columns` eigenvectors of order `n` by
-/// reflectors in blocks of `block`.
-fn back_transformation_scratch<T: Evd>(n: usize, block: usize, columns: usize) -> StackReq {
-    apply_block_householder_sequence_on_the_left_in_place_scratch::<T>(
-        n.saturating_sub(1),
-        block,
-        columns,
-    )
 }
 
 /// Decomposes the `n × n` column-major matrix `a` (columns `ld` apart, its lower or upper

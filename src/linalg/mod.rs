@@ -20,6 +20,7 @@ pub mod rnn;
 pub mod schur;
 pub mod sparse;
 pub mod spsolve;
+pub mod steps_over_pool;
 pub mod svd;
 pub mod tridiag_over_pool;
 pub mod tridiagonal;

@@ -2,20 +2,14 @@
 //! algorithm (`faer::linalg::evd::tridiag::tridiag_in_place`: unblocked, each column one fused
 //! pass over the trailing matrix that applies the last reflector's rank-2 update and
 //! multiplies by the new reflector), with that pass split into column slabs of equal work,
-//! one per thread (up to [`MAX_SLABS`]), and the rest of each step, `O(n)`, on the task that
+//! one per thread ([`steps_over_pool`]), and the rest of each step, `O(n)`, on the task that
 //! leads. The pass is level-2 work bound by memory: on one core faer's is 26 of the 50 ms of
 //! one complex128 eigendecomposition of order 512.
-//!
-//! The slabs of one step start together and the leader waits for all of them, about `n`
-//! times per matrix: too often for a dispatch on the pool each time. So one task per thread
-//! runs for the whole reduction, and the steps are handed out through atomics ([`Schedule`]).
-//! Nothing waits for a task that has not started: the leader does every slab nobody else has
-//! claimed, and a task that starts late joins at the step under way.
 
-use super::parallel::{parallel_for, Pool};
-use super::underflow::GradualUnderflow;
+use super::parallel::Pool;
+use super::steps_over_pool::{self, load, store, Steps};
 use super::LapackScalar;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::memory;
 use faer::linalg::householder::{make_householder_in_place, upgrade_householder_factor};
 use faer::prelude::{Reborrow, ReborrowMut};
@@ -23,17 +17,10 @@ use faer::traits::pulp::{Simd, WithSimd};
 use faer::traits::{ComplexField, ComplexImpl, SimdArch};
 use faer::{ColMut, MatMut, MatRef, Par};
 use std::ops::Range;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Below this many columns left, a step's pass runs on the leader alone: the slabs are too
 /// small to pay for the threads' hand-over.
 const PARALLEL_MIN: usize = 64;
-
-/// At most this many slabs per step (the pool's threads, up to this): the leader sums the
-/// slabs' partial products, up to `n` elements each per step, which past a few slabs outgrows
-/// a slab's share of the pass.
-const MAX_SLABS: usize = 8;
 
 /// From this many bytes a matrix is worth reducing over the pool: below, its pass runs from
 /// one core's cache anyway and gains less than the hand-overs cost (2 cores, 2 MiB of L2
@@ -56,7 +43,7 @@ pub fn tridiag_over_pool<T: LapackScalar>(
     if n == 0 {
         return Ok(());
     }
-    let slabs = pool.threads().clamp(1, MAX_SLABS);
+    let slabs = steps_over_pool::slabs(pool);
     let zero = T::zero_impl();
     let mut y = memory::vec_of(n, zero)?;
     let mut w = memory::vec_of(n, zero)?;
@@ -75,27 +62,17 @@ pub fn tridiag_over_pool<T: LapackScalar>(
         taus_stride: householder.col_stride() as usize,
         slabs,
     };
-    let schedule = Schedule::new(slabs);
-    parallel_for(pool, slabs, &|task| {
-        // faer's reflectors count on gradual underflow, which XLA's threads turn off; the
-        // caller keeps it on its own thread, each helper here on its own.
-        let _gradual = GradualUnderflow::new();
-        // SAFETY: `reduction` describes `a`, `householder` and the vectors above, which
-        // outlive the tasks; the schedule hands each slab of a step to one task, after the
-        // leader's writes for that step and before its next ones.
-        let run = || unsafe {
-            if task == 0 {
-                reduction.lead(&schedule)
-            } else {
-                reduction.help(&schedule);
-                Ok(())
-            }
-        };
-        let outcome = catch_unwind(AssertUnwindSafe(run));
-        // Whatever happened, no task may wait for this one any longer.
-        schedule.close();
-        outcome.unwrap_or_else(|panic| Err(Error::from_panic(panic)))
-    })?;
+    // SAFETY: `reduction` describes `a`, `householder` and the vectors above, which outlive
+    // the tasks; the schedule hands each slab of a step to one task, after the leader's writes
+    // for that step and before its next ones.
+    let slab = |k: usize, s: usize| unsafe { reduction.slab(k, s) };
+    steps_over_pool::run(
+        pool,
+        slabs,
+        "tridiagonalization",
+        &|steps| unsafe { reduction.lead(steps) },
+        &slab,
+    )?;
     // The reflectors' block factors, as faer's.
     let n1 = n - 1;
     let block = householder.nrows();
@@ -131,7 +108,7 @@ struct Reduction<T> {
     slabs: usize,
 }
 
-// SAFETY: the tasks share the pointers as `Schedule` orders their accesses.
+// SAFETY: the tasks share the pointers as the schedule orders their accesses.
 unsafe impl<T> Send for Reduction<T> {}
 unsafe impl<T> Sync for Reduction<T> {}
 
@@ -141,11 +118,10 @@ impl<T: LapackScalar> Reduction<T> {
     }
 
     /// faer's loop: for each column, the previous reflector's update of it, its reflector,
-    /// the fused pass over the trailing matrix (step `k` of the schedule), `y`'s corrections.
-    unsafe fn lead(&self, schedule: &Schedule) -> Result<()> {
+    /// the fused pass over the trailing matrix (step `k` over the pool), `y`'s corrections.
+    unsafe fn lead(&self, steps: &mut Steps<'_, impl Fn(usize, usize)>) -> Result<()> {
         let (n, y, w) = (self.n, self.y, self.w);
         let half = T::from_f64_impl(0.5);
-        let mut held = None;
         for k in 0..n {
             if k > 0 {
                 let y1 = *y.add(k);
@@ -176,17 +152,7 @@ impl<T: LapackScalar> Reduction<T> {
             }
             let m = n - k - 2;
             if m >= PARALLEL_MIN && self.slabs > 1 {
-                schedule.open(k);
-                loop {
-                    let ticket = held.take().unwrap_or_else(|| schedule.claim());
-                    if ticket / self.slabs > k {
-                        held = Some(ticket);
-                        break;
-                    }
-                    self.slab(k, ticket % self.slabs, tau_inv);
-                    schedule.finish();
-                }
-                schedule.wait_for(k)?;
+                steps.run(k)?;
                 for s in 0..self.slabs {
                     for i in self.first_column(m, s)..m {
                         *y.add(k + 2 + i) += *self.z.add(s * n + i);
@@ -219,24 +185,11 @@ impl<T: LapackScalar> Reduction<T> {
         Ok(())
     }
 
-    /// Slabs of the steps the leader opens, until it closes the schedule.
-    unsafe fn help(&self, schedule: &Schedule) {
-        loop {
-            let ticket = schedule.claim();
-            let step = ticket / self.slabs;
-            if !schedule.wait_open(step) {
-                return;
-            }
-            self.slab(step, ticket % self.slabs, *self.tau_inv);
-            schedule.finish();
-        }
-    }
-
     /// Slab `s` of step `k`'s pass: its columns, its partial product.
-    unsafe fn slab(&self, k: usize, s: usize, tau_inv: T) {
+    unsafe fn slab(&self, k: usize, s: usize) {
         let m = self.n - k - 2;
         let columns = self.first_column(m, s)..self.first_column(m, s + 1);
-        self.fused_pass(k, columns, self.z.add(s * self.n), tau_inv);
+        self.fused_pass(k, columns, self.z.add(s * self.n), *self.tau_inv);
     }
 
     /// The first of slab `s`'s columns of `m`: column `j` costs `m - j`, so slab `s` starts
@@ -270,83 +223,6 @@ impl<T: LapackScalar> Reduction<T> {
             f: tau_inv,
         }
         .run();
-    }
-}
-
-/// Who does which slab of which step. A ticket `t` is slab `t % slabs` of step `t / slabs`
-/// (the steps over the pool are the first ones, from 0); tickets are claimed in order, so all
-/// of one step's are claimed before the next's. The leader opens a step once its own writes
-/// for it are done, and waits until every slab of it is finished before it writes again.
-struct Schedule {
-    slabs: usize,
-    /// One past the last step opened; [`CLOSED`] once the reduction is over.
-    opened: AtomicUsize,
-    tickets: AtomicUsize,
-    finished: AtomicUsize,
-}
-
-const CLOSED: usize = usize::MAX;
-
-impl Schedule {
-    fn new(slabs: usize) -> Self {
-        Schedule {
-            slabs,
-            opened: AtomicUsize::new(0),
-            tickets: AtomicUsize::new(0),
-            finished: AtomicUsize::new(0),
-        }
-    }
-
-    fn open(&self, step: usize) {
-        self.opened.store(step + 1, Ordering::Release);
-    }
-
-    fn claim(&self) -> usize {
-        self.tickets.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn finish(&self) {
-        self.finished.fetch_add(1, Ordering::Release);
-    }
-
-    fn close(&self) {
-        self.opened.store(CLOSED, Ordering::Release);
-    }
-
-    /// Waits until `step` is open (true) or the schedule closed (false).
-    fn wait_open(&self, step: usize) -> bool {
-        let mut spins = 0;
-        loop {
-            match self.opened.load(Ordering::Acquire) {
-                CLOSED => return false,
-                opened if opened > step => return true,
-                _ => spin(&mut spins),
-            }
-        }
-    }
-
-    /// Waits until every slab of `step` is finished; an error where a task that held one
-    /// stopped (a panic, which closed the schedule).
-    fn wait_for(&self, step: usize) -> Result<()> {
-        let mut spins = 0;
-        while self.finished.load(Ordering::Acquire) < (step + 1) * self.slabs {
-            if self.opened.load(Ordering::Acquire) == CLOSED {
-                return Err(Error::internal("tridiagonalization: a task stopped"));
-            }
-            spin(&mut spins);
-        }
-        Ok(())
-    }
-}
-
-/// Busy waits a while (the other side's work between steps is microseconds), then yields the
-/// core (the other side is descheduled or late).
-fn spin(spins: &mut u32) {
-    *spins += 1;
-    if *spins < 1 << 12 {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
     }
 }
 
@@ -420,20 +296,11 @@ impl<T: ComplexField, S: Simd> FusedRows<T, S> {
         let mut v = load::<T, S>(ctx, self.column.add(i));
         v = T::simd_conj_mul_add(ctx, ry, load::<T, S>(ctx, self.u.add(i)), v);
         v = T::simd_conj_mul_add(ctx, ub, load::<T, S>(ctx, self.w.add(i)), v);
-        T::simd_store(ctx, &mut *(self.column.add(i) as *mut T::SimdVec<S>), v);
+        store::<T, S>(ctx, self.column.add(i), v);
         let z = T::simd_mul_add(ctx, v, uc, load::<T, S>(ctx, self.z.add(i)));
-        T::simd_store(ctx, &mut *(self.z.add(i) as *mut T::SimdVec<S>), z);
+        store::<T, S>(ctx, self.z.add(i), z);
         T::simd_conj_mul_add(ctx, v, load::<T, S>(ctx, self.x.add(i)), acc)
     }
-}
-
-/// The vector at `p` (not a closure: those do not take the caller's vector unit).
-///
-/// # Safety
-/// `p` points to a vector's worth of elements.
-#[inline(always)]
-unsafe fn load<T: ComplexField, S: Simd>(ctx: &T::SimdCtx<S>, p: *const T) -> T::SimdVec<S> {
-    T::simd_load(ctx, &*(p as *const T::SimdVec<S>))
 }
 
 impl<T: ComplexField> WithSimd for FusedPass<T> {
