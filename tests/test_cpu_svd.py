@@ -370,12 +370,17 @@ def assert_special_batch(a, dtype, bad, zero):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("path", ["jacobi", "faer"])
+@pytest.mark.parametrize("path", ["jacobi", "faer", "split"])
 def test_vmap_grad_and_svd_users_match_stock(stock_vs_ferrax, dtype, path):
     # Functions of the SVD that do not depend on the vectors' signs or phases, under vmap, by
-    # Jacobi lanes (3 × 4 matrices: 12 ≥ one group of lanes) and by faer: pinv, the nuclear
-    # norm and its gradient U·Vᴴ (jax's SVD rule), the rank, the singular values.
-    n, batch = (min(6, JACOBI_MAX[dtype]), (3, 4)) if path == "jacobi" else (FAER_MIN, (2, 1))
+    # Jacobi lanes (3 × 4 matrices: 12 ≥ one group of lanes), by faer and split over the pool
+    # (one matrix): pinv, the nuclear norm and its gradient U·Vᴴ (jax's SVD rule), the rank,
+    # the singular values.
+    n, batch = {
+        "jacobi": (min(6, JACOBI_MAX[dtype]), (3, 4)),
+        "faer": (FAER_MIN, (2, 1)),
+        "split": (split_order(dtype), (1, 1)),
+    }[path]
     a = random_matrix(batch + (n, n), dtype) + (2 * n * np.eye(n)).astype(dtype)  # well conditioned
     nuclear = lambda x: jnp.sum(jnp.linalg.svd(x, compute_uv=False))  # noqa: E731
     real = lambda x: jnp.real(x) if np.iscomplexobj(x) else x  # noqa: E731
@@ -418,12 +423,9 @@ def test_faer_vectors_match_lapack_up_to_phase(installed, dtype):
         assert_vectors_match_lapack_up_to_phase(random_matrix((2,) + shape, dtype), dtype, 1e-3)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_faer_special_inputs(installed, dtype):
-    # Rank-deficient, graded, NaN, Inf, zero, tiny and huge matrices: the zero, tiny and huge
-    # ones (which ?gesdd scales first; faer does not) go to LAPACK, the one just above LAPACK's
-    # lower scaling bound stays with faer.
-    m, n = FAER_MIN, FAER_MIN - 4
+def special_matrices(m, n, dtype):
+    """Ten ``m × n`` matrices: rank-deficient, graded, NaN (2), Inf (3), zero (4), tiny, huge,
+    just above LAPACK's lower scaling bound, with two equal columns, random."""
     finfo = np.finfo(dtype)
     a = random_matrix((10, m, n), dtype)
     a[0] = random_matrix((m, 3), dtype) @ random_matrix((3, n), dtype)  # rank 3
@@ -436,4 +438,54 @@ def test_faer_special_inputs(installed, dtype):
     a[7] /= np.abs(a[7]).max()  # largest modulus 1, then just above sqrt(safmin) / eps
     a[7] *= 4 * np.sqrt(finfo.tiny) / finfo.eps
     a[8, :, 1] = a[8, :, 0]  # two equal columns
-    assert_special_batch(a, dtype, bad=[2, 3], zero=4)
+    return a
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_faer_special_inputs(installed, dtype):
+    # The zero, tiny and huge matrices (which ?gesdd scales first; faer does not) go to LAPACK,
+    # the one just above LAPACK's lower scaling bound stays with faer.
+    assert_special_batch(special_matrices(FAER_MIN, FAER_MIN - 4, dtype), dtype, bad=[2, 3], zero=4)
+
+
+# --- one large matrix with vectors: split over the pool ----------------------------------------
+
+#: From this size of one matrix (bytes) the SVD with vectors is split over the pool (faer's
+#: bidiagonalization with each step over the threads, ?bdsdc, the back-transformations split by
+#: columns: `SVD_SPLIT_MIN_BYTES` in src/linalg/svd.rs), where the pool has several threads;
+#: below it, and for batches of more than one matrix, the paths above.
+SPLIT_MIN_BYTES = ferrax._library.limits()["SVD_SPLIT_MIN_BYTES"]
+
+
+def split_order(dtype):
+    """The smallest order of a square matrix of ``dtype`` that the split path takes."""
+    return int(np.ceil(np.sqrt(SPLIT_MIN_BYTES / np.dtype(dtype).itemsize)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_sizes_are_valid_svds(installed, dtype):
+    # Square, tall and wide, each alone (a batch of one).
+    n = split_order(dtype)
+    for shape in [(n, n), (n + n // 3, n), (n, n + n // 3)]:
+        assert_all_modes_valid(random_matrix((1,) + shape, dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_vectors_match_lapack_up_to_phase(installed, dtype):
+    n = split_order(dtype)
+    for shape in [(n + 7, n), (n, n + 7)]:
+        assert_vectors_match_lapack_up_to_phase(random_matrix((1,) + shape, dtype), dtype, 1e-3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_special_inputs(installed, dtype):
+    # Each matrix alone: the finite ones valid SVDs (the zero, tiny and huge ones by LAPACK, the
+    # rest split), the NaN and Inf ones all NaN.
+    n = split_order(dtype)
+    a = special_matrices(n, n, dtype)
+    for i in range(len(a)):
+        if i in (2, 3):
+            outputs = jax.tree.map(np.asarray, jax.jit(all_modes)(a[i:i + 1]))
+            assert all(np.isnan(x).all() for x in jax.tree.leaves(outputs))
+        else:
+            assert_special_batch(a[i:i + 1], dtype, bad=[], zero=[0] if i == 4 else [])

@@ -121,6 +121,11 @@ families! {
                         ldz: *const I, work: *mut T, lwork: *const I, iwork: *mut I,
                         liwork: *const I, info: *mut I)
             = ["sstedc", "dstedc"];
+        /// `?bdsdc`: SVD of a real bidiagonal matrix, divide and conquer.
+        bdsdc: Bdsdc<T>(uplo: *const C, compq: *const C, n: *const I, d: *mut T, e: *mut T,
+                        u: *mut T, ldu: *const I, vt: *mut T, ldvt: *const I, q: *mut T,
+                        iq: *mut I, work: *mut T, iwork: *mut I, info: *mut I)
+            = ["sbdsdc", "dbdsdc"];
         /// `?gesdd` (real): SVD, divide and conquer.
         gesdd: GesddReal<T>(jobz: *const C, m: *const I, n: *const I, a: *mut T, lda: *const I,
                             s: *mut T, u: *mut T, ldu: *const I, vt: *mut T, ldvt: *const I,

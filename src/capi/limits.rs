@@ -2,7 +2,7 @@
 //! that the Python package reads them instead of copying them. Each value is the Rust constant
 //! itself and each name is that constant's (a per-type one's with the type appended).
 
-use crate::linalg::svd::{Svd, SVD_FAER_MIN};
+use crate::linalg::svd::{Svd, SVD_FAER_MIN, SVD_SPLIT_MIN_BYTES};
 use ferrax_kernels::small::FUSED_CHOLESKY_BLOCK_MAX;
 use num_complex::Complex;
 use std::ffi::c_char;
@@ -38,6 +38,8 @@ limits!(
     SVD_JACOBI_MAX_C128 = <Complex<f64> as Svd>::JACOBI_MAX,
     // The order from which the CPU SVD with vectors is faer's.
     SVD_FAER_MIN,
+    // The size in bytes from which the CPU SVD of one matrix with vectors is split over the pool.
+    SVD_SPLIT_MIN_BYTES,
 );
 
 /// Returns the limits table and writes its length to `count`.

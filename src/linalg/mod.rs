@@ -8,6 +8,7 @@ pub mod matrix;
 pub mod parallel;
 pub mod transpose;
 
+pub mod bidiag_over_pool;
 pub mod coo;
 pub mod eig;
 pub mod eigh;

@@ -1,5 +1,6 @@
-//! What the Householder reductions over the pool share ([`super::tridiag_over_pool`]), and the
-//! application of their reflectors, its columns split over the pool ([`apply_reflectors`]).
+//! What the Householder reductions over the pool share ([`super::tridiag_over_pool`],
+//! [`super::bidiag_over_pool`]), and the application of their reflectors, its columns split
+//! over the pool ([`apply_reflectors`]).
 //! Each step of a reduction is one pass over the trailing matrix, split into column slabs,
 //! one per thread, between `O(n)` work on the task that leads. The slabs of one step start
 //! together and the leader waits for all of them, about `n` times per matrix: too often for a

@@ -1,12 +1,15 @@
 //! Singular value decomposition (LAPACK's `?gesdd`, divide and conquer, and `?gesvd`, QR
 //! iteration): the singular values, `info` and (when asked) `U` and `Vᴴ` of every matrix of a
 //! batch, in whatever layout the batch and the factors are. In place of `?gesdd`, batches of
-//! small matrices take one-sided Jacobi in SIMD lanes ([`Svd::JACOBI_MAX`]) and larger ones
-//! with their vectors faer's SVD ([`takes_faer`]).
+//! small matrices take one-sided Jacobi in SIMD lanes ([`Svd::JACOBI_MAX`]), larger ones
+//! with their vectors faer's SVD ([`takes_faer`]), and one large matrix with its vectors
+//! faer's and LAPACK's steps split over the pool ([`takes_split`]).
 
+use super::bidiag_over_pool::bidiag_over_pool;
 use super::flags::{Flag, SvdJob};
 use super::matrix::Batch;
-use super::parallel::{for_each_chunk, Pool, SharedMut, SIMD_GROUP};
+use super::parallel::{for_each_chunk, Pool, Serial, SharedMut, SIMD_GROUP};
+use super::steps_over_pool;
 use super::underflow::GradualUnderflow;
 use super::vector_unit::simd_dispatch;
 use super::{lapack_int, routine, LapackScalar};
@@ -14,14 +17,19 @@ use crate::error::{Error, Result};
 use crate::memory;
 use faer::diag::DiagMut;
 use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::linalg::qr::no_pivoting::factor::recommended_block_size;
 use faer::linalg::svd::{svd_scratch, ComputeSvdVectors};
-use faer::{MatMut, MatRef, Par};
-use ferrax_cpu_fallback::{ComplexLapack, GesddComplex, GesddReal, Lapack, Real, RealLapack};
+use faer::prelude::{Reborrow, ReborrowMut};
+use faer::{Conj, MatMut, MatRef, Par};
+use ferrax_cpu_fallback::{
+    Bdsdc, ComplexLapack, GesddComplex, GesddReal, Lapack, Real, RealLapack,
+};
 use ferrax_cpu_fallback::{GesvdComplex, GesvdReal};
 use ferrax_kernels::scalar::{Real as _, Scalar};
 use ferrax_kernels::small::jacobi;
 use num_complex::Complex;
 use std::ffi::c_char;
+use std::ops::Range;
 
 /// The LAPACK driver: both take the same operands and job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,6 +203,7 @@ pub fn svd<T: Svd>(
     let computed = factor_shapes.is_some();
     let jacobi = takes_jacobi::<T>(driver, job, rows, cols, count);
     let faer_first = takes_faer(driver, job, [count, rows, cols], pool.threads());
+    let split_first = takes_split::<T>(driver, job, [count, rows, cols], pool.threads());
     let routine = T::routine(driver)?;
     let lwork = optimal_lwork::<T>(driver, routine, job.letter(), m, n)?;
     let rwork_len = T::rwork_len(driver, rows, cols, job).ok_or_else(|| {
@@ -207,15 +216,21 @@ pub fn svd<T: Svd>(
     let (s, info) = (SharedMut(s.as_mut_ptr()), SharedMut(info.as_mut_ptr()));
     // Roughly the bidiagonalization's 4mnk flops.
     let flops = (rows * cols).saturating_mul(4 * k).max(1);
-    let lapack_range = |range: std::ops::Range<usize>| -> Result<()> {
+    // Matrices `range` one after another, the split path's steps over `columns_pool`.
+    let lapack_range = |range: Range<usize>, columns_pool: &dyn Pool| -> Result<()> {
         if range.is_empty() {
             return Ok(());
         }
-        // LAPACK's workspace once a matrix needs it (faer's path: only where faer gives up).
+        // LAPACK's workspace once a matrix needs it (faer's path and the split one: only
+        // where they give up).
         let mut workspace: Option<Workspace<T>> = None;
         let mut faer = match faer_first {
             true => Some(FaerSvd::<T>::new(rows, cols, job)?),
             false => None,
+        };
+        let mut split = match T::bdsdc().filter(|_| split_first) {
+            Some(bdsdc) => Some(SplitSvd::<T>::new(bdsdc, rows, cols, job)?),
+            None => None,
         };
         let (mut staged_a, mut staged_u, mut staged_vt) = (Vec::new(), Vec::new(), Vec::new());
         // Not referenced by LAPACK without vectors.
@@ -236,7 +251,16 @@ pub fn svd<T: Svd>(
                             *info = -driver.a_argument();
                             return Ok(());
                         }
-                        if let Some(faer) = faer.as_mut().filter(|_| !gesdd_scales::<T>(largest)) {
+                        let scales = gesdd_scales::<T>(largest);
+                        if let Some(split) = split.as_mut().filter(|_| !scales) {
+                            let a = MatRef::from_column_major_slice_with_stride(a, rows, cols, lda);
+                            let s = std::slice::from_raw_parts_mut(s, k);
+                            if split.decompose(columns_pool, a, s, (u, ldu), (vt, ldvt))? {
+                                *info = 0;
+                                return Ok(());
+                            }
+                        }
+                        if let Some(faer) = faer.as_mut().filter(|_| !scales) {
                             let a = MatRef::from_column_major_slice_with_stride(a, rows, cols, lda);
                             let u = MatMut::from_column_major_slice_with_stride_mut(
                                 u,
@@ -301,8 +325,11 @@ pub fn svd<T: Svd>(
         }
         Ok(())
     };
+    if split_first {
+        return lapack_range(0..count, pool);
+    }
     if !jacobi {
-        return for_each_chunk(pool, count, flops, &lapack_range);
+        return for_each_chunk(pool, count, flops, &|range| lapack_range(range, &Serial));
     }
     let factors = computed.then(|| (u.expect("U"), vt.expect("Vᴴ")));
     for_each_chunk(pool, count, flops, &|range| {
@@ -317,7 +344,7 @@ pub fn svd<T: Svd>(
                 })?
             };
         }
-        lapack_range(groups_end..range.end)
+        lapack_range(groups_end..range.end, &Serial)
     })
 }
 
@@ -480,6 +507,238 @@ impl<T: Svd> FaerSvd<T> {
     }
 }
 
+/// From this many bytes, one matrix with its vectors takes [`SplitSvd`] where the pool has
+/// idle threads ([`takes_split`]): one matrix, 2 cores, p10 ms, `?gesdd` on OpenBLAS's two
+/// threads → split: c128 384² 75 → 67, 512² 162 → 138-153 (three runs), 768² 479 → 437;
+/// c64 512² 93 → 77; f64 512² 95 → 77, 768² 269 → 207, 1024² 577 → 457; f32 768² 121 → 103,
+/// 1024² 369 → 319. Below, the reduction's steps are too short for the hand-overs (c128 256²,
+/// the bidiagonalization alone: 9.4 ms on one thread, 11.5 on two).
+pub const SVD_SPLIT_MIN_BYTES: usize = 2 << 20;
+
+/// Whether the default driver decomposes the batch's one matrix by [`SplitSvd`]: with its
+/// vectors, large ([`SVD_SPLIT_MIN_BYTES`]) and not far from square (a tall or wide one would be
+/// reduced by QR first, as `?gesdd` does), on a pool of several threads that a batch of one
+/// leaves idle, where `?bdsdc` is at hand.
+fn takes_split<T: Svd>(
+    driver: Driver,
+    job: SvdJob,
+    [count, rows, cols]: [usize; 3],
+    threads: usize,
+) -> bool {
+    let (k, order) = (rows.min(cols), rows.max(cols));
+    driver == Driver::Gesdd
+        && matches!(job, SvdJob::All | SvdJob::Some)
+        && count == 1
+        && threads > 1
+        && order <= 2 * k
+        && rows * cols * std::mem::size_of::<T>() >= SVD_SPLIT_MIN_BYTES
+        && T::bdsdc().is_some()
+}
+
+/// The SVD of one large matrix in three steps over the pool: faer's bidiagonalization with
+/// each step's pass over the pool ([`bidiag_over_pool`]), LAPACK's divide and conquer on the
+/// real bidiagonal (`?bdsdc`), faer's blocked back-transformations with their columns split
+/// over the pool. A wide matrix `A` is taken as its adjoint `Aᴴ = Q·Σ·Pᴴ`, which gives
+/// `U = P`, `Vᴴ = Qᴴ`. Its scratch, for one shape and job: the tall matrix (`M × N`) reduced
+/// in place, its reflectors' block factors, the real bidiagonal (`d`, `e`) and its vectors
+/// (`ur`, `vtr`), `?bdsdc`'s workspaces, the phases that make the bidiagonal real (`p` on the
+/// left, `q` on the right), and the tall matrix's `U` (`M × M` or `M × N`) and `V` (`N × N`).
+struct SplitSvd<T: Svd> {
+    bdsdc: Bdsdc<Real<T>>,
+    wide: bool,
+    shape: [usize; 2],
+    u_cols: usize,
+    reduced: Vec<T>,
+    block: usize,
+    left: Vec<T>,
+    right: Vec<T>,
+    d: Vec<Real<T>>,
+    e: Vec<Real<T>>,
+    ur: Vec<Real<T>>,
+    vtr: Vec<Real<T>>,
+    work: Vec<Real<T>>,
+    iwork: Vec<i32>,
+    p: Vec<T>,
+    q: Vec<T>,
+    u: Vec<T>,
+    v: Vec<T>,
+    stack: MemBuffer,
+}
+
+impl<T: Svd> SplitSvd<T> {
+    fn new(bdsdc: Bdsdc<Real<T>>, rows: usize, cols: usize, job: SvdJob) -> Result<Self> {
+        let (m, n) = (rows.max(cols), rows.min(cols));
+        let u_cols = if job == SvdJob::All { m } else { n };
+        let block = recommended_block_size::<T>(m, n);
+        let real = Real::<T>::default();
+        let request = steps_over_pool::apply_reflectors_scratch::<T>(m, block, m);
+        Ok(SplitSvd {
+            bdsdc,
+            wide: rows < cols,
+            shape: [m, n],
+            u_cols,
+            reduced: memory::vec_of(m * n, T::ZERO)?,
+            block,
+            left: memory::vec_of(block * n, T::ZERO)?,
+            right: memory::vec_of(block * (n - 1), T::ZERO)?,
+            d: memory::vec_of(n, real)?,
+            e: memory::vec_of(n, real)?,
+            ur: memory::vec_of(n * n, real)?,
+            vtr: memory::vec_of(n * n, real)?,
+            // `?bdsdc`'s for COMPQ = 'I'.
+            work: memory::vec_of(3 * n * n + 4 * n, real)?,
+            iwork: memory::vec_of(8 * n, 0)?,
+            p: memory::vec_of(n, T::ZERO)?,
+            q: memory::vec_of(n, T::ZERO)?,
+            u: memory::vec_of(m * u_cols, T::ZERO)?,
+            v: memory::vec_of(n * n, T::ZERO)?,
+            stack: memory::faer_scratch(request, "gesdd")?,
+        })
+    }
+
+    /// Decomposes `a` (finite, not scaled by `?gesdd`) over `pool`: its singular values into
+    /// `s`, `U` into `u` and `Vᴴ` into `vt` (column-major, columns `ldu`, `ldvt` apart). False
+    /// where `?bdsdc` fails: LAPACK should take the matrix then.
+    fn decompose(
+        &mut self,
+        pool: &dyn Pool,
+        a: MatRef<'_, T>,
+        s: &mut [Real<T>],
+        (u, ldu): (&mut [T], usize),
+        (vt, ldvt): (&mut [T], usize),
+    ) -> Result<bool> {
+        let [m, n] = self.shape;
+        let mut reduced = MatMut::from_column_major_slice_mut(&mut self.reduced, m, n);
+        match self.wide {
+            true => reduced.copy_from(a.adjoint()),
+            false => reduced.copy_from(a),
+        }
+        let mut left = MatMut::from_column_major_slice_mut(&mut self.left, self.block, n);
+        let mut right = MatMut::from_column_major_slice_mut(&mut self.right, self.block, n - 1);
+        bidiag_over_pool(pool, reduced.rb_mut(), left.rb_mut(), right.rb_mut())?;
+        // The bidiagonal B is P·R·Qᴴ with R real (|dᵢ| on the diagonal, |eᵢ| above it) and P,
+        // Q diagonal (phases, signs for real scalars): qᵢ₊₁ that of pᵢ·conj(eᵢ), pᵢ that of
+        // dᵢ·qᵢ. Divided by the modulus, not times its reciprocal, which overflows for a
+        // subnormal element.
+        let phase = |x: T| {
+            let modulus = x.cabs();
+            match modulus == Real::<T>::default() {
+                true => (T::ONE, modulus),
+                false => (T::from_re_im(x.re() / modulus, x.im() / modulus), modulus),
+            }
+        };
+        let mut q = T::ONE;
+        for i in 0..n {
+            let (p, d) = phase(reduced[(i, i)] * q);
+            (self.p[i], self.q[i], self.d[i]) = (p, q, d);
+            self.e[i] = Real::<T>::default();
+            if i + 1 < n {
+                let (conj_q, e) = phase(p.conj() * reduced[(i, i + 1)]);
+                (q, self.e[i]) = (conj_q.conj(), e);
+            }
+        }
+        let order = n as i32;
+        let mut info = 0;
+        let (mut q_unused, mut iq_unused) = (Real::<T>::default(), 0);
+        // SAFETY: `d` and `e` hold the n-element bidiagonal, `ur` and `vtr` room for its n × n
+        // vectors (leading dimension n), the workspaces LAPACK's for COMPQ = 'I', which
+        // references neither `q` nor `iq`.
+        ferrax_cpu_fallback::single_threaded(|| unsafe {
+            (self.bdsdc)(
+                &(b'U' as c_char),
+                &(b'I' as c_char),
+                &order,
+                self.d.as_mut_ptr(),
+                self.e.as_mut_ptr(),
+                self.ur.as_mut_ptr(),
+                &order,
+                self.vtr.as_mut_ptr(),
+                &order,
+                &mut q_unused,
+                &mut iq_unused,
+                self.work.as_mut_ptr(),
+                self.iwork.as_mut_ptr(),
+                &mut info,
+            )
+        });
+        if info != 0 {
+            return Ok(false);
+        }
+        s.copy_from_slice(&self.d);
+        // U = (left reflectors)·[P·Uᵣ 0; 0 I].
+        let (p, ur) = (&self.p, &self.ur);
+        let init_u = |columns: Range<usize>, mut block: MatMut<'_, T>| {
+            for (j, mut column) in columns.zip(block.rb_mut().col_iter_mut()) {
+                for (i, to) in column.rb_mut().iter_mut().enumerate() {
+                    *to = match (i < n && j < n, i == j) {
+                        (true, _) => p[i].scale(ur[j * n + i]),
+                        (false, true) => T::ONE,
+                        (false, false) => T::ZERO,
+                    };
+                }
+            }
+        };
+        let mut stack = MemStack::new(&mut self.stack);
+        steps_over_pool::apply_reflectors(
+            pool,
+            reduced.rb(),
+            left.rb(),
+            Conj::No,
+            &mut self.u,
+            m,
+            0,
+            &init_u,
+            stack.rb_mut(),
+            "gesdd",
+        )?;
+        // V = (right reflectors)·Q·Vᵣ, the reflectors (rows) as columns below the diagonal,
+        // over the left ones, which U has taken.
+        for j in 1..n {
+            for i in 0..j {
+                reduced[(j, i)] = reduced[(i, j)];
+            }
+        }
+        let (q, vtr) = (&self.q, &self.vtr);
+        let init_v = |columns: Range<usize>, mut block: MatMut<'_, T>| {
+            for (j, mut column) in columns.zip(block.rb_mut().col_iter_mut()) {
+                for (i, to) in column.rb_mut().iter_mut().enumerate() {
+                    *to = q[i].scale(vtr[i * n + j]);
+                }
+            }
+        };
+        steps_over_pool::apply_reflectors(
+            pool,
+            reduced.rb().submatrix(1, 0, n - 1, n - 1),
+            right.rb(),
+            Conj::Yes,
+            &mut self.v,
+            n,
+            1,
+            &init_v,
+            stack,
+            "gesdd",
+        )?;
+        // The tall matrix's U and V as the matrix's U and Vᴴ.
+        let tall_u = MatRef::from_column_major_slice(&self.u, m, self.u_cols);
+        let tall_v = MatRef::from_column_major_slice(&self.v, n, n);
+        let (to_u, to_vt) = match self.wide {
+            false => (tall_u, tall_v),
+            true => (tall_v, tall_u),
+        };
+        for j in 0..to_u.ncols() {
+            for i in 0..to_u.nrows() {
+                u[j * ldu + i] = to_u[(i, j)];
+            }
+        }
+        for j in 0..to_vt.nrows() {
+            for i in 0..to_vt.ncols() {
+                vt[j * ldvt + i] = to_vt[(j, i)].conj();
+            }
+        }
+        Ok(true)
+    }
+}
+
 /// The `lwork = -1` query for the batch's matrix shape (the same for every matrix).
 fn optimal_lwork<T: Svd>(
     driver: Driver,
@@ -563,6 +822,8 @@ pub trait Svd: LapackScalar {
     type Gesdd: Copy + Send + Sync;
     type Gesvd: Copy + Send + Sync;
     fn routine(driver: Driver) -> Result<Routine<Self>>;
+    /// `?bdsdc` of the real scalar, where the table has it.
+    fn bdsdc() -> Option<Bdsdc<Real<Self>>>;
     /// jaxlib's `rwork` length (none for real scalars), or `None` on overflow.
     fn rwork_len(driver: Driver, m: usize, n: usize, job: SvdJob) -> Option<usize>;
     /// # Safety
@@ -590,6 +851,9 @@ macro_rules! svd_real {
                     Driver::Gesdd => Routine::Gesdd(routine(<$t as RealLapack>::gesdd())?),
                     Driver::Gesvd => Routine::Gesvd(routine(<$t as RealLapack>::gesvd())?),
                 })
+            }
+            fn bdsdc() -> Option<Bdsdc<$t>> {
+                <$t as RealLapack>::bdsdc().ok()
             }
             fn rwork_len(_: Driver, _: usize, _: usize, _: SvdJob) -> Option<usize> {
                 Some(0)
@@ -634,6 +898,9 @@ macro_rules! svd_complex {
                         Routine::Gesvd(routine(<Complex<$t> as ComplexLapack>::gesvd())?)
                     }
                 })
+            }
+            fn bdsdc() -> Option<Bdsdc<$t>> {
+                <$t as RealLapack>::bdsdc().ok()
             }
             fn rwork_len(driver: Driver, m: usize, n: usize, job: SvdJob) -> Option<usize> {
                 let (mn, mx) = (m.min(n), m.max(n));
