@@ -11,15 +11,15 @@
 //! 512 (87 of 161 ms).
 
 use super::parallel::Pool;
-use super::steps_over_pool::{self, load, store, Steps};
+use super::steps_over_pool::{self, block_factors, load, store, Steps};
 use super::LapackScalar;
 use crate::error::Result;
 use crate::memory;
-use faer::linalg::householder::{make_householder_in_place, upgrade_householder_factor};
+use faer::linalg::householder::make_householder_in_place;
 use faer::prelude::{Reborrow, ReborrowMut};
 use faer::traits::pulp::{Simd, WithSimd};
 use faer::traits::{ComplexField, ComplexImpl, SimdArch};
-use faer::{ColMut, MatMut, MatRef, Par, RowMut};
+use faer::{ColMut, MatMut, RowMut};
 use std::ops::Range;
 
 /// Below this many columns left, a step's pass runs on the leader alone: the slabs are too
@@ -82,23 +82,6 @@ pub fn bidiag_over_pool<T: LapackScalar>(
     block_factors(left, a);
     block_factors(right, a.submatrix(0, 1, n - 1, n - 1).transpose());
     Ok(())
-}
-
-/// faer's block factors of the reflectors stored below the diagonal of `essentials` (one per
-/// column of `factors`), from their `τ` in `factors`' first row.
-fn block_factors<T: LapackScalar>(mut factors: MatMut<'_, T>, essentials: MatRef<'_, T>) {
-    let (block, count) = (factors.nrows(), factors.ncols());
-    let mut j = 0;
-    while j < count {
-        let b = block.min(count - j);
-        let mut factor = factors.rb_mut().submatrix_mut(0, j, b, b);
-        for k in 0..b {
-            factor[(k, k)] = factor[(0, k)];
-        }
-        let rows = essentials.nrows() - j;
-        upgrade_householder_factor(factor, essentials.submatrix(j, j, rows, b), b, 1, Par::Seq);
-        j += b;
-    }
 }
 
 /// The matrix (column-major, columns `lda` apart) and the reduction's vectors: `y` (of `n`:

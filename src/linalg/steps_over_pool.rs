@@ -17,7 +17,7 @@ use crate::memory;
 use faer::dyn_stack::{MemStack, StackReq};
 use faer::linalg::householder::{
     apply_block_householder_sequence_on_the_left_in_place_scratch,
-    apply_block_householder_sequence_on_the_left_in_place_with_conj,
+    apply_block_householder_sequence_on_the_left_in_place_with_conj, upgrade_householder_factor,
 };
 use faer::prelude::ReborrowMut;
 use faer::traits::pulp::Simd;
@@ -208,6 +208,24 @@ pub unsafe fn load<T: ComplexField, S: Simd>(ctx: &T::SimdCtx<S>, p: *const T) -
 #[inline(always)]
 pub unsafe fn store<T: ComplexField, S: Simd>(ctx: &T::SimdCtx<S>, p: *mut T, v: T::SimdVec<S>) {
     T::simd_store(ctx, &mut *(p as *mut T::SimdVec<S>), v)
+}
+
+/// faer's block factors (`upgrade_householder_factor`) of the reflectors stored below the
+/// diagonal of `essentials` (one per column of `factors`), from their `τ` in `factors`' first
+/// row, as faer's reductions finish.
+pub fn block_factors<T: LapackScalar>(mut factors: MatMut<'_, T>, essentials: MatRef<'_, T>) {
+    let (block, count) = (factors.nrows(), factors.ncols());
+    let mut j = 0;
+    while j < count {
+        let b = block.min(count - j);
+        let mut factor = factors.rb_mut().submatrix_mut(0, j, b, b);
+        for k in 0..b {
+            factor[(k, k)] = factor[(0, k)];
+        }
+        let rows = essentials.nrows() - j;
+        upgrade_householder_factor(factor, essentials.submatrix(j, j, rows, b), b, 1, Par::Seq);
+        j += b;
+    }
 }
 
 /// Applies the reflectors stored below the diagonal of `essentials` (their block factors in

@@ -7,15 +7,15 @@
 //! one complex128 eigendecomposition of order 512.
 
 use super::parallel::Pool;
-use super::steps_over_pool::{self, load, store, Steps};
+use super::steps_over_pool::{self, block_factors, load, store, Steps};
 use super::LapackScalar;
 use crate::error::Result;
 use crate::memory;
-use faer::linalg::householder::{make_householder_in_place, upgrade_householder_factor};
+use faer::linalg::householder::make_householder_in_place;
 use faer::prelude::{Reborrow, ReborrowMut};
 use faer::traits::pulp::{Simd, WithSimd};
 use faer::traits::{ComplexField, ComplexImpl, SimdArch};
-use faer::{ColMut, MatMut, MatRef, Par};
+use faer::{ColMut, MatMut};
 use std::ops::Range;
 
 /// Below this many columns left, a step's pass runs on the leader alone: the slabs are too
@@ -74,20 +74,7 @@ pub fn tridiag_over_pool<T: LapackScalar>(
         &slab,
     )?;
     // The reflectors' block factors, as faer's.
-    let n1 = n - 1;
-    let block = householder.nrows();
-    let essentials = a.rb().submatrix(1, 0, n1, n1);
-    let mut j = 0;
-    while j < n1 {
-        let b = block.min(n1 - j);
-        let mut factor = householder.rb_mut().submatrix_mut(0, j, b, b);
-        for k in 0..b {
-            factor[(k, k)] = factor[(0, k)];
-        }
-        let reflectors: MatRef<'_, T> = essentials.submatrix(j, j, n1 - j, b);
-        upgrade_householder_factor(factor, reflectors, b, 1, Par::Seq);
-        j += b;
-    }
+    block_factors(householder, a.rb().submatrix(1, 0, n - 1, n - 1));
     Ok(())
 }
 
