@@ -136,18 +136,13 @@ impl<T: LapackScalar> Reduction<T> {
             *self.left_taus.add(k * self.left_stride) = T::from_real_impl(&info.tau);
             *self.tau_inv = T::from_real_impl(&<T as ComplexField>::Real::recip_impl(&info.tau));
             let columns = n - k - 1;
-            if columns >= PARALLEL_MIN && self.slabs > 1 {
-                steps.run(k)?;
-            } else {
-                self.pass(k, 0..columns, self.parts);
+            let pooled = columns >= PARALLEL_MIN && self.slabs > 1;
+            match pooled {
+                true => steps.run(k)?,
+                false => self.pass(k, 0..columns, self.parts),
             }
             // z = A₂₂·wᴴ from the slabs' parts, w = A₁₂ normalized.
-            let rows = m - k - 1;
-            let slabs = if columns >= PARALLEL_MIN {
-                self.slabs
-            } else {
-                1
-            };
+            let (rows, slabs) = (m - k - 1, if pooled { self.slabs } else { 1 });
             for i in 0..rows {
                 let mut sum = *self.parts.add(i);
                 for s in 1..slabs {
@@ -199,7 +194,8 @@ impl<T: LapackScalar> Reduction<T> {
     /// `z` into `part`.
     unsafe fn pass(&self, k: usize, columns: Range<usize>, part: *mut T) {
         let first = k + 1;
-        // Step 0 has no last step: `z` is zero there, and stands for that step's reflector.
+        // Step 0 has no last step: `z` is zero there and stands for its left reflector (its
+        // right one is not read).
         let (previous_left, previous_right, up0) = if k == 0 {
             (self.z.add(first), self.y.add(first), T::zero_impl())
         } else {

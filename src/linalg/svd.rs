@@ -516,9 +516,9 @@ impl<T: Svd> FaerSvd<T> {
 pub const SVD_SPLIT_MIN_BYTES: usize = 2 << 20;
 
 /// Whether the default driver decomposes the batch's one matrix by [`SplitSvd`]: with its
-/// vectors, large ([`SVD_SPLIT_MIN_BYTES`]) and not far from square (a tall or wide one would be
-/// reduced by QR first, as `?gesdd` does), on a pool of several threads that a batch of one
-/// leaves idle, where `?bdsdc` is at hand.
+/// vectors, large ([`SVD_SPLIT_MIN_BYTES`]) and at most twice as long as wide (a longer one
+/// stays with `?gesdd`, which reduces it by QR first), on a pool of several threads that a
+/// batch of one leaves idle, where `?bdsdc` is at hand.
 fn takes_split<T: Svd>(
     driver: Driver,
     job: SvdJob,
