@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// At most this many slabs per step (the pool's threads, up to this): the leader sums the
 /// slabs' partial products, up to `n` elements each per step, which past a few slabs outgrows
 /// a slab's share of the pass.
-pub const MAX_SLABS: usize = 8;
+const MAX_SLABS: usize = 8;
 
 /// The slabs per step for `pool`.
 pub fn slabs(pool: &dyn Pool) -> usize {
@@ -230,9 +230,9 @@ pub fn block_factors<T: LapackScalar>(mut factors: MatMut<'_, T>, essentials: Ma
 
 /// Applies the reflectors stored below the diagonal of `essentials` (their block factors in
 /// `factors`, conjugated as `conj` says) to rows `first..` of `target` (column-major, `rows`
-/// rows, columns `rows` apart, as many as it holds), by faer's blocked application, its columns split over `pool`:
-/// each task first writes its columns (`init(columns, block)`, the block of all their rows),
-/// then applies the reflectors to them. On one thread in `stack`
+/// rows, columns `rows` apart, as many as it holds) by faer's blocked application, its
+/// columns split over `pool`: each task first writes its columns (`init(columns, block)`, the
+/// block of all their rows), then applies the reflectors to them. On one thread in `stack`
 /// ([`apply_reflectors_scratch`] for all the columns), else each task in scratch of its own;
 /// `what` names the routine where that scratch cannot be had.
 #[allow(clippy::too_many_arguments)] // the reflectors, the target and its layout, the scratch
