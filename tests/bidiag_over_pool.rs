@@ -7,6 +7,8 @@
 //! with two and three slabs per step (helpers on threads of their own), on one thread, and on
 //! a pool whose helpers never come (more threads than a step has slabs).
 
+#[path = "common/largest.rs"]
+mod largest;
 #[path = "common/pools.rs"]
 mod pools;
 #[path = "common/rng.rs"]
@@ -21,16 +23,10 @@ use faer::{Conj, Mat, MatRef, Par};
 use ferrax::linalg::bidiag_over_pool::bidiag_over_pool;
 use ferrax::linalg::parallel::{Pool, Serial};
 use ferrax::linalg::LapackScalar;
+use largest::largest;
 use num_complex::Complex;
 use pools::{Absent, Spawn};
 use rng::Rng;
-
-fn largest<T: LapackScalar>(a: MatRef<'_, T>) -> f64 {
-    let (rows, cols) = (a.nrows(), a.ncols());
-    (0..rows * cols)
-        .map(|e| a[(e % rows, e / rows)].cabs().into())
-        .fold(0.0, f64::max)
-}
 
 /// `essentials`' reflectors (below its diagonal, `τ` blocks in `factors`) applied to the
 /// identity of order `order`, from its row `first`.

@@ -7,6 +7,8 @@
 //! threads of their own), on one thread, and on a pool whose helpers never come (more threads
 //! than a step has slabs).
 
+#[path = "common/largest.rs"]
+mod largest;
 #[path = "common/pools.rs"]
 mod pools;
 #[path = "common/rng.rs"]
@@ -18,20 +20,14 @@ use faer::linalg::householder::{
     apply_block_householder_sequence_on_the_left_in_place_with_conj as apply,
 };
 use faer::linalg::matmul::matmul;
-use faer::{Accum, Conj, Mat, MatRef, Par};
+use faer::{Accum, Conj, Mat, Par};
 use ferrax::linalg::parallel::{Pool, Serial};
 use ferrax::linalg::tridiag_over_pool::tridiag_over_pool;
 use ferrax::linalg::LapackScalar;
+use largest::largest;
 use num_complex::Complex;
 use pools::{Absent, Spawn};
 use rng::Rng;
-
-fn largest<T: LapackScalar>(a: MatRef<'_, T>) -> f64 {
-    let (rows, cols) = (a.nrows(), a.ncols());
-    (0..rows * cols)
-        .map(|e| a[(e % rows, e / rows)].cabs().into())
-        .fold(0.0, f64::max)
-}
 
 fn reduces<T: LapackScalar>(what: &str, element: impl Fn(&mut Rng) -> T, eps: f64) {
     let mut rng = Rng::fresh(what);
